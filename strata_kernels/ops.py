@@ -116,7 +116,7 @@ class KVCache:
         s = A.shape(x)
         if len(s) != 4 or s[2] != PAGE:
             raise ValueError(f"{arg}: expected shape [pages, n_head_kv, {PAGE}, row] (4 cells per page), got {list(s)}")
-        P, nkv, row = s
+        P, nkv, _, row = s
         if q4:
             if row % 18 != 0 or (row // 18) % 2 != 0:
                 raise ValueError(f"{arg}: a Q4_0 row is head_dim/32 blocks of 18 bytes (head_dim a multiple of 64); "
@@ -154,3 +154,290 @@ class KVCache:
     def __repr__(self) -> str:
         return (f"KVCache.{self.format}(pages={self.n_phys_pages}, n_head_kv={self.n_head_kv}, "
                 f"head_dim={self.head_dim}, logical_pages={self.n_pages}, device={self.device[0]})")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The calls
+# ---------------------------------------------------------------------------------------------------------------
+import json as _json
+import os as _os
+from typing import NamedTuple
+
+from .errors import StrataError
+
+_OP_PROMPT, _OP_DECODE = 0, 1
+_INT64_MAX = 2**63 - 1
+_MAX_QUERIES_PER_LAUNCH = 65535
+_SCRATCH_BUDGET_FLOATS = 1 << 26
+_DEVICE_KIND_CODE = {"cpu": 0, "cuda": 1, "hip": 2, "sycl": 3}
+
+
+class Which(NamedTuple):
+    """The variant a call would run and the dispatcher's reason."""
+    variant: str
+    reason: str
+
+
+def _plugin(dev: tuple[str, int]):
+    from .resolve import plugin_for
+    return plugin_for(dev[0], dev[1])
+
+
+def plugin_variants(device: tuple[str, int] = ("cpu", 0)) -> list[str]:
+    """The variants compiled into the plugin that serves ``device`` (dispatched and test-only)."""
+    return list(_json.loads(_plugin(device).manifest)["variants"])
+
+
+def plugin_manifest(device: tuple[str, int] = ("cpu", 0)) -> dict:
+    return _json.loads(_plugin(device).manifest)
+
+
+def device_name(device: tuple[str, int] = ("cpu", 0)) -> str:
+    p = _plugin(device)
+    info = p.probe(_DEVICE_KIND_CODE.get(device[0], -1), device[1])
+    return info["name"] or device[0]
+
+
+def _framework_alloc(like: Any, shape: tuple[int, ...], dtype: str, fill: float | int | None = None) -> Any:
+    """An array of q's framework on q's device (torch: the caching allocator; numpy on the host)."""
+    fw = A.framework(like)
+    if fw == "torch":
+        import torch
+        t = torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+        return t.fill_(fill) if fill is not None else t
+    if fw == "cupy":
+        import cupy
+        with cupy.cuda.Device(A.device(like)[1]):
+            return cupy.full(shape, fill, dtype=dtype) if fill is not None else cupy.empty(shape, dtype=dtype)
+    import numpy as np
+    if A.device(like)[0] != "cpu":
+        raise TypeError(f"q: arrays of {fw} on {A.device(like)[0]} need out= (the package cannot allocate "
+                        f"device memory for this framework)")
+    return np.full(shape, fill, dtype=dtype) if fill is not None else np.empty(shape, dtype=dtype)
+
+
+def _to_host(x: Any):
+    import numpy as np
+    fw = A.framework(x)
+    if fw == "torch":
+        return x.detach().cpu().numpy()
+    if fw == "cupy":
+        return x.get()
+    return np.asarray(x)
+
+
+def _stream_handle(q: Any, stream: Any) -> int:
+    if stream is not None:
+        for attr in ("cuda_stream", "ptr", "handle"):
+            if hasattr(stream, attr):
+                return int(getattr(stream, attr))
+        return int(stream)
+    if A.framework(q) == "torch" and A.device(q)[0] in ("cuda", "hip"):
+        import torch
+        return int(torch.cuda.current_stream(q.device).cuda_stream)
+    if A.framework(q) == "cupy":
+        import cupy
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+@dataclass
+class _Call:
+    q: Any
+    kv: KVCache
+    ids: Any
+    width: Any
+    width_stride: int
+    n_q: int
+    n_head: int
+    group: int
+    cap: int
+    device: tuple[str, int]
+
+
+def _check_call(q: Any, kv: Any, ids: Any, width: Any, op: int) -> _Call:
+    if not isinstance(kv, KVCache):
+        raise TypeError(f"kv: expected a strata_kernels.KVCache (KVCache.int8/.fp16/.q4_0/.k8v4), "
+                        f"got {type(kv).__name__}")
+    _check_dtype("q", q, ("float32",))
+    qs = A.shape(q)
+    if len(qs) != 3:
+        raise ValueError(f"q: expected shape [n_q, n_head, head_dim], got {list(qs)}")
+    n_q, n_head, hd = qs
+    if hd != kv.head_dim:
+        raise ValueError(f"q: head_dim {hd} does not match the KV cache's head_dim {kv.head_dim}")
+    if n_head % kv.n_head_kv != 0 or n_head == 0:
+        raise ValueError(f"q: n_head {n_head} is not a positive multiple of the cache's n_head_kv {kv.n_head_kv} "
+                         f"(expected n_head = G * n_head_kv, e.g. {12 * kv.n_head_kv} for G = 12)")
+    group = n_head // kv.n_head_kv
+    _check_contig("q", q)
+    _check_dtype("ids", ids, ("int32",))
+    ish = A.shape(ids)
+    if len(ish) != 2 or ish[0] != n_q:
+        raise ValueError(f"ids: expected shape [n_q={n_q}, cap], got {list(ish)}")
+    cap = ish[1]
+    if cap < 1 and n_q > 0:
+        raise ValueError(f"ids: expected cap >= 1 (row length), got shape {list(ish)}")
+    _check_contig("ids", ids)
+    _check_dtype("width", width, ("int32",))
+    wsh = A.shape(width)
+    if wsh == (n_q,):
+        stride = 1
+    elif wsh == (n_q, 4):
+        stride = 4
+    else:
+        raise ValueError(f"width: expected shape [n_q={n_q}] (widths) or [n_q, 4] (steps), got {list(wsh)}")
+    _check_contig("width", width)
+    dev = A.device(q)
+    for name, arr in (("ids", ids), ("width", width), ("kv", kv.k)):
+        if A.device(arr) != dev:
+            raise ValueError(f"{name}: expected the same device as q ({dev[0]}:{dev[1]}), got {A.describe(arr)}")
+    if dev[0] == "cpu" and n_q:
+        import numpy as np
+        w = np.asarray(_to_host(width)).reshape(n_q, stride)[:, stride - 1]
+        bad = np.flatnonzero((w < 0) | (w > cap))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"width: query {i} has width {int(w[i])}, expected 0 <= width <= cap = {cap}")
+    return _Call(q, kv, ids, width, stride, n_q, n_head, group, cap, dev)
+
+
+def _check_out(out: Any, c: _Call) -> Any:
+    if out is None:
+        return _framework_alloc(c.q, (c.n_q, c.n_head, c.kv.head_dim), "float32")
+    _check_dtype("out", out, ("float32",))
+    if A.shape(out) != (c.n_q, c.n_head, c.kv.head_dim):
+        raise ValueError(f"out: expected shape {[c.n_q, c.n_head, c.kv.head_dim]} (same as q), got {list(A.shape(out))}")
+    _check_contig("out", out)
+    if A.device(out) != c.device or A.framework(out) != A.framework(c.q):
+        raise ValueError(f"out: expected {A.framework(c.q)} on {c.device[0]}:{c.device[1]} like q, got {A.describe(out)}")
+    return out
+
+
+def decode_scratch_floats(cap: int, n_head: int, head_dim: int) -> int:
+    """Floats of decode scratch per query (QSA_SPEC §2.9)."""
+    return -(-cap // 64) * n_head * (head_dim + 2) + 64
+
+
+def _raise_flag(bad: Any, c: _Call) -> None:
+    import numpy as np
+    b = np.asarray(_to_host(bad)).reshape(-1)
+    if int(b[1]) != _INT64_MAX:
+        qi = int(b[1])
+        w = int(np.asarray(_to_host(c.width)).reshape(c.n_q, c.width_stride)[qi, c.width_stride - 1])
+        raise ValueError(f"width: query {qi} has width {w}, expected 0 <= width <= cap = {c.cap}")
+    if int(b[0]) != _INT64_MAX:
+        qi, j = divmod(int(b[0]), c.cap)
+        cell = int(np.asarray(_to_host(c.ids))[qi, j])
+        n_cells = c.kv.n_pages * PAGE
+        if not 0 <= cell < n_cells:
+            raise ValueError(f"ids: query {qi}, position {j} holds cell {cell}, outside the cache "
+                             f"(expected 0 <= id < {n_cells} = 4 * n_logical_pages)")
+        page = int(np.asarray(_to_host(c.kv.page_table))[cell // PAGE])
+        raise ValueError(f"page_table: entry {cell // PAGE} (cell {cell}, query {qi}, position {j}) is {page}, "
+                         f"expected -1 or a physical page in [0, {c.kv.n_phys_pages})")
+
+
+def _call(op: int, q, kv, ids, width, variant, out, stream):
+    if A.framework(q) == "torch":
+        from . import torch_ops  # noqa: F401  (registers torch.ops.strata_kernels.* once torch is in use)
+    c = _check_call(q, kv, ids, width, op)
+    out = _check_out(out, c)
+    if variant == "auto":
+        variant = None
+    if variant is not None and not isinstance(variant, str):
+        raise TypeError(f"variant: expected a variant name or None, got {type(variant).__name__}")
+    if c.n_q == 0:
+        return out
+    if variant == "fp64":
+        return _fp64(c, out)
+    plugin = _plugin(c.device)
+    _check_geometry(plugin, c)
+    from . import _loader
+    bad = _framework_alloc(q, (2,), "int64", _INT64_MAX)
+    scratch = None
+    if c.device[0] != "cpu":
+        # Chunk + merge scratch from the caller's framework (torch: its caching allocator). The prompt fallback
+        # runs 32 queries at a time as the engine does; decode takes as many as fit a 256 MB budget.
+        per = decode_scratch_floats(c.cap, c.n_head, kv.head_dim)
+        n = 32 if op == _OP_PROMPT else max(32, _SCRATCH_BUDGET_FLOATS // per)
+        scratch = _framework_alloc(q, (min(c.n_q, n, _MAX_QUERIES_PER_LAUNCH) * per,), "float32")
+    st, msg = plugin.call(op, variant, kv.format_code, c.q, out, c.ids, c.width, c.width_stride,
+                          kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale, kv.n_head_kv, kv.head_dim, c.group,
+                          kv.n_phys_pages, scratch, bad, 0, _stream_handle(q, stream))
+    if st == _loader.REFUSED and variant is None and op == _OP_PROMPT:
+        # A refused prompt kernel (e.g. shared-memory opt-in) falls back to the decode algorithm (§5.4 rule 11).
+        return _call(_OP_DECODE, q, kv, ids, width, "fp32", out, stream)
+    if st in (_loader.REFUSED, _loader.UNSUPPORTED):
+        raise Unsupported(msg)
+    if st != _loader.OK:
+        raise StrataError(f"{'prompt' if op == _OP_PROMPT else 'decode'} attention failed: {msg}")
+    if _os.environ.get("STRATA_KERNELS_CHECK_IDS", "1") != "0":
+        _raise_flag(bad, c)
+    return out
+
+
+_MANIFESTS: dict[int, dict] = {}
+
+
+def _manifest(plugin) -> dict:
+    m = _MANIFESTS.get(id(plugin))
+    if m is None:
+        m = _MANIFESTS[id(plugin)] = _json.loads(plugin.manifest)
+    return m
+
+
+def _check_geometry(plugin, c: _Call) -> None:
+    """(head_dim, G) must be instantiated in the plugin (QSA_SPEC §1.1: no fallback exists for others)."""
+    m = _manifest(plugin)
+    geoms = [(g["head_dim"], g["group"]) for g in m["geometries"]]
+    if (c.kv.head_dim, c.group) not in geoms:
+        fits = [g * c.kv.n_head_kv for hd, g in geoms if hd == c.kv.head_dim]
+        hint = f"; expected n_head in {fits} for n_head_kv {c.kv.n_head_kv}" if fits else ""
+        raise ValueError(f"q: n_head {c.n_head} with n_head_kv {c.kv.n_head_kv} gives G = {c.group} at head_dim "
+                         f"{c.kv.head_dim}, but the {m['target']} plugin is built for (head_dim, G) in {geoms}{hint}")
+
+
+def _fp64(c: _Call, out: Any) -> Any:
+    if c.device[0] != "cpu":
+        raise Unsupported("variant 'fp64' (the FP64 oracle) runs on host arrays only")
+    import numpy as np
+    from .reference import qsa_attn_fp64
+    w = np.asarray(_to_host(c.width)).reshape(c.n_q, c.width_stride)[:, c.width_stride - 1]
+    res = qsa_attn_fp64(_to_host(c.q), c.kv, _to_host(c.ids), w)
+    host = np.asarray(res, dtype=np.float32)
+    if A.framework(out) == "torch":
+        import torch
+        out.copy_(torch.from_numpy(host))
+    else:
+        out[...] = host
+    return out
+
+
+def qsa_prompt_attn(q: Any, kv: KVCache, ids: Any, width: Any, *, variant: str | None = None, out: Any = None,
+                    stream: Any = None) -> Any:
+    """Prompt (prefill) QSA attention: float32 [n_q, n_head, D] in q's framework and device (QSA_SPEC §1.2)."""
+    return _call(_OP_PROMPT, q, kv, ids, width, variant, out, stream)
+
+
+def qsa_decode_attn(q: Any, kv: KVCache, ids: Any, width: Any, *, variant: str | None = None, out: Any = None,
+                    stream: Any = None) -> Any:
+    """Decode QSA attention (chunk + merge, or the split decode when enabled); same contract as the prompt call."""
+    return _call(_OP_DECODE, q, kv, ids, width, variant, out, stream)
+
+
+def which(q: Any, kv: KVCache, ids: Any, width: Any, *, path: str = "prompt", variant: str | None = None) -> Which:
+    """The variant the call would run on these arguments, and why (nothing is launched)."""
+    if path not in ("prompt", "decode"):
+        raise ValueError(f"path: expected 'prompt' or 'decode', got {path!r}")
+    c = _check_call(q, kv, ids, width, _OP_PROMPT if path == "prompt" else _OP_DECODE)
+    if variant == "fp64":
+        return Which("fp64", "forced: the FP64 oracle on the host")
+    plugin = _plugin(c.device)
+    from . import _loader
+    st, name, why = plugin.which(_OP_PROMPT if path == "prompt" else _OP_DECODE, variant, kv.format_code, c.q,
+                                 c.ids, c.width, c.width_stride, kv.page_table, kv.n_head_kv, kv.head_dim,
+                                 c.group, kv.n_phys_pages)
+    if st != _loader.OK:
+        raise Unsupported(why)
+    return Which(name, why)

@@ -20,6 +20,24 @@ KNOWN_VARIANTS = (
     "wmma", "wmma_fast", "rdna2", "split",
 )
 
+# Which KV formats each variant accepts (QSA_SPEC §5.5; codes as §6.2: 0 fp16, 1 int8, 2 q4_0, 3 k8v4), the compute
+# capability its instructions need on NVIDIA (0 = any), and the operations it serves. Rendered into every GPU
+# plugin's dispatch and read by the parity harness: one source for the fact.
+VARIANT_RULES = {
+    "fp32": {"formats": (0, 1, 2, 3), "min_cc": 0, "ops": ("prompt", "decode")},
+    "fp32_pre75": {"formats": (0, 1, 2, 3), "min_cc": 0, "ops": ("prompt", "decode")},
+    "fp32_lanecell": {"formats": (0, 1, 2, 3), "min_cc": 0, "ops": ("prompt", "decode")},
+    "v1": {"formats": (0, 1, 2, 3), "min_cc": 75, "ops": ("prompt", "decode")},
+    "v2": {"formats": (1,), "min_cc": 80, "ops": ("prompt", "decode")},
+    "imma": {"formats": (1,), "min_cc": 80, "ops": ("prompt", "decode")},
+    "v2t": {"formats": (1,), "min_cc": 75, "ops": ("prompt", "decode")},
+    "v70": {"formats": (0, 1, 3), "min_cc": 70, "ops": ("prompt", "decode")},
+    "wmma": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
+    "wmma_fast": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
+    "rdna2": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
+    "split": {"formats": (1,), "min_cc": 80, "ops": ("decode",)},
+}
+
 _BACKEND_KEYS = {"name", "toolchain", "template_dirs", "source_ext"}
 _TARGET_KEYS = {
     "arch", "ptx", "families", "family", "toolkit", "features", "variants", "test_variants",
@@ -85,6 +103,8 @@ class Target:
             "test_variants": list(self.test_variants),
             "geometries": [{"head_dim": g.head_dim, "group": g.group} for g in self.geometries],
             "toolkit": {"min": self.toolkit_min, "max": self.toolkit_max},
+            "variant_rules": {k: {"formats": list(v["formats"]), "min_cc": v["min_cc"], "ops": list(v["ops"])}
+                              for k, v in VARIANT_RULES.items()},
         }
 
 

@@ -1,0 +1,59 @@
+"""setuptools glue: build_ext renders the selected targets, runs the one CMake/Ninja build (plugins + the nanobind
+loader) and places the results in the package; build_py copies templates/ and backends/ into strata_kernels/data
+so `strata-kernels generate/build` work from an installed wheel."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))  # import the package being built (its build driver) from the source tree
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest)
+
+
+class BuildPy(build_py):
+    def run(self) -> None:
+        super().run()
+        data = Path(self.build_lib) / "strata_kernels" / "data"
+        for name in ("templates", "backends"):
+            _copy_tree(ROOT / name, data / name)
+
+
+class CMakeBuild(build_ext):
+    def run(self) -> None:
+        from strata_kernels import build as sk_build
+
+        ext = self.extensions[0]
+        if self.inplace:
+            pkg = ROOT / "strata_kernels"
+        else:
+            pkg = Path(self.get_ext_fullpath(ext.name)).parent
+        build_dir = Path(os.environ.get("STRATA_KERNELS_BUILD_DIR") or (Path(self.build_temp).resolve() / "strata"))
+        if self.inplace:
+            build_dir = Path(os.environ.get("STRATA_KERNELS_BUILD_DIR") or (ROOT / "build" / "strata"))
+        jobs = int(os.environ.get("MAX_JOBS", "0") or 0) or self.parallel or None
+        log = lambda msg: print(msg, flush=True)  # noqa: E731 - pip shows these with -v
+        result = sk_build.build(os.environ.get("STRATA_TARGETS") or "native", build_dir=build_dir,
+                                install_dir=pkg / "plugins", with_loader=True, loader_dir=pkg, jobs=jobs, log=log)
+        for name, reason in result.skipped.items():
+            print(f"strata-kernels: {name} skipped: {reason}", flush=True)
+
+
+USE_ABI3 = sys.version_info >= (3, 12)
+
+setup(
+    ext_modules=[Extension("strata_kernels._loader", sources=[], py_limited_api=USE_ABI3)],
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
+    options={"bdist_wheel": {"py_limited_api": "cp312"}} if USE_ABI3 else {},
+)

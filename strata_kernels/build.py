@@ -1,0 +1,222 @@
+"""Drive the build: pick targets, render them, one CMake configure, one Ninja run, atomic install.
+
+The build directory keeps a key over the package version, templates, target tables, toolchains and flags:
+when nothing changed, nothing runs; when a template changed, codegen rewrites only the files whose bytes
+changed and Ninja recompiles only those.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import __version__, codegen, toolchains
+from .errors import BuildError, ToolchainError
+from .targets import Selection, all_targets, package_root, parse_target_list
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class BuildResult:
+    built: dict[str, Path] = field(default_factory=dict)        # target -> installed plugin
+    skipped: dict[str, str] = field(default_factory=dict)       # target -> reason
+    loader: Path | None = None
+    up_to_date: bool = False
+    seconds: float = 0.0
+
+
+def default_build_dir() -> Path:
+    env = os.environ.get("STRATA_KERNELS_BUILD_DIR")
+    if env:
+        return Path(env)
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "strata-kernels" / f"build-{__version__}"
+
+
+def default_install_dir() -> Path:
+    return package_root() / "plugins"
+
+
+def _is_explicit(spec: str) -> bool:
+    return not all(tok.lower() in ("all", "native") for tok in re.split(r"[;,\s]+", spec.strip()) if tok)
+
+
+def _tool(name: str, module: str | None, minimum: tuple[int, ...] | None = None) -> str:
+    """cmake / ninja: the pip-installed one (build requirements) first, then PATH."""
+    path = None
+    if module:
+        try:
+            mod = __import__(module)
+            cand = Path(getattr(mod, "BIN_DIR", "")) / name
+            if cand.is_file():
+                path = str(cand)
+        except ImportError:
+            pass
+    path = path or shutil.which(name)
+    if not path:
+        raise ToolchainError(f"{name} not found: pip install {name}" + (" (>= 3.26)" if name == "cmake" else ""))
+    if minimum:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+        m = re.search(r"(\d+)\.(\d+)", out)
+        if not m or (int(m.group(1)), int(m.group(2))) < minimum:
+            raise ToolchainError(f"{path} is {m.group(0) if m else 'of unknown version'}; strata-kernels needs "
+                                 f"{name} >= {'.'.join(map(str, minimum))}: pip install '{name}>="
+                                 f"{'.'.join(map(str, minimum))}'")
+    return path
+
+
+def loader_config() -> dict:
+    """How the nanobind module is built: stable ABI on Python >= 3.12 (one wheel for 3.12+)."""
+    import nanobind
+    src = package_root() / "csrc"
+    return {
+        "python_version": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "stable_abi": sys.version_info >= (3, 12),
+        "nanobind_dir": Path(nanobind.cmake_dir()).as_posix(),
+        "source": (src / "_loader.cpp").as_posix(),
+        "include": src.as_posix(),
+    }
+
+
+def _key(selections: list[Selection], tcs: dict, loader: dict | None, root: Path) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({
+        "version": __version__,
+        "targets": [[s.target.name, s.ptx] for s in selections],
+        "toolchains": {k: v.as_dict() for k, v in sorted(tcs.items())},
+        "loader": loader,
+        "python": sys.executable,
+    }, sort_keys=True).encode())
+    for p in sorted(root.rglob("*.j2")):
+        h.update(p.as_posix().encode() + p.read_bytes())
+    for s in selections:
+        h.update(s.target.backend.table.read_bytes())
+    for p in sorted((package_root() / "csrc").glob("*")):
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _install(src: Path, dest_dir: Path) -> Path:
+    """Write to a temporary name, then rename: an interrupted build never leaves a half-written plugin."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / src.name
+    if dest.is_file() and dest.read_bytes() == src.read_bytes():
+        return dest
+    tmp = dest_dir / f".{src.name}.tmp{os.getpid()}"
+    shutil.copy2(src, tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
+def _run_streamed(cmd: list[str], cwd: Path, log: Log, env: dict | None = None, progress: bool = False) -> None:
+    """Run a build step, echoing Ninja's [n/m] progress; on failure raise with the last lines of output."""
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    tail: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = (tail + [line])[-60:]
+        if progress and re.match(r"^\[\d+/\d+\]", line):
+            log("  " + line[:160])
+        elif "error" in line.lower() or "warning" in line.lower():
+            log("  " + line[:300])
+    rc = proc.wait()
+    if rc != 0:
+        raise BuildError(f"{' '.join(cmd[:2])} failed (exit {rc}); last output:\n" + "\n".join(tail))
+
+
+def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir: Path | None = None,
+          with_loader: bool = False, loader_dir: Path | None = None, jobs: int | None = None,
+          log: Log = print) -> BuildResult:
+    """Build the plugins of ``spec`` (``STRATA_TARGETS``, default ``native``) and install them."""
+    t0 = time.monotonic()
+    spec = spec or os.environ.get("STRATA_TARGETS") or "native"
+    explicit = _is_explicit(spec)
+    selections = parse_target_list(spec, all_targets())
+    build_dir = Path(build_dir or default_build_dir())
+    install_dir = Path(install_dir or default_install_dir())
+    result = BuildResult()
+
+    chosen: list[Selection] = []
+    tcs: dict[str, toolchains.Toolchain] = {}
+    for sel in selections:
+        tc = toolchains.for_target(sel.target)
+        if not tc.available:
+            if explicit:
+                raise ToolchainError(f"target {sel.target.name} was asked for but cannot be built: {tc.reason}")
+            result.skipped[sel.target.name] = tc.reason
+            log(f"strata-kernels: skipping {sel.target.name}: {tc.reason}")
+            continue
+        chosen.append(sel)
+        tcs[sel.target.name] = tc
+    if not chosen and not with_loader:
+        log("strata-kernels: nothing to build")
+        result.seconds = time.monotonic() - t0
+        return result
+
+    loader = loader_config() if with_loader else None
+    gen_dir, cmake_dir = build_dir / "gen", build_dir / "cmake"
+    key = _key(chosen, tcs, loader, codegen.templates_dir())
+    key_file = build_dir / "key.json"
+    outputs = {s.target.name: cmake_dir / "plugins" / f"libstrata_{s.target.name}.so" for s in chosen}
+
+    stale = not (key_file.is_file() and key_file.read_text() == key and all(p.is_file() for p in outputs.values())
+                 and (not loader or list((cmake_dir / "loader").glob("_loader*.so"))))
+    names = ", ".join(s.name for s in chosen) + (" + loader" if loader else "")
+    if not stale:
+        log(f"strata-kernels: {names}: up to date ({build_dir})")
+        result.up_to_date = True
+    else:
+        log(f"strata-kernels: building {names} in {build_dir}")
+        rendered = [codegen.render_target(s, gen_dir, toolchain=tcs[s.target.name].as_dict())
+                    for s in chosen]
+        codegen.copy_abi_header(gen_dir)
+        codegen.render_cmake(rendered, gen_dir, loader=loader)
+        cmake = _tool("cmake", "cmake", (3, 26))
+        ninja = _tool("ninja", "ninja")
+        env = dict(os.environ)
+        if not (cmake_dir / "build.ninja").is_file():
+            args = [cmake, "-S", str(gen_dir), "-B", str(cmake_dir), "-G", "Ninja",
+                    f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release"]
+            if "nvcc" in {t.name for t in tcs.values()}:
+                args.append(f"-DCMAKE_CUDA_COMPILER={tcs[next(n for n, t in tcs.items() if t.name == 'nvcc')].path}")
+            launcher = shutil.which("ccache") or shutil.which("sccache")
+            if launcher:
+                args += [f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}", f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}"]
+            if loader:
+                args.append(f"-DPython_EXECUTABLE={sys.executable}")
+            log("strata-kernels: configuring (cmake)")
+            _run_streamed(args, build_dir, log, env)
+        jobs = jobs or int(os.environ.get("MAX_JOBS", "0") or 0) or os.cpu_count() or 1
+        log(f"strata-kernels: compiling with {jobs} job(s) (ninja)")
+        tb = time.monotonic()
+        _run_streamed([ninja, "-C", str(cmake_dir), f"-j{jobs}"], build_dir, log, env, progress=True)
+        log(f"strata-kernels: compiled in {time.monotonic() - tb:.1f} s")
+        key_file.write_text(key)
+    for name, src in outputs.items():
+        if not src.is_file():
+            raise BuildError(f"the build finished but {src} is missing")
+        result.built[name] = _install(src, install_dir)
+        log(f"strata-kernels: installed {result.built[name]} ({src.stat().st_size / 1e6:.2f} MB)")
+    if loader:
+        mods = sorted((cmake_dir / "loader").glob("_loader*.so"))
+        if not mods:
+            raise BuildError(f"the loader was not built in {cmake_dir / 'loader'}")
+        result.loader = _install(mods[0], Path(loader_dir or package_root()))
+        log(f"strata-kernels: installed {result.loader}")
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def ext_suffix() -> str:
+    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"

@@ -1,0 +1,117 @@
+"""`strata-kernels`: info · explain · generate · build · parity · bench."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+from .errors import StrataError
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from . import resolve, targets, toolchains
+    print(f"strata-kernels {__version__} (Python {sys.version.split()[0]})")
+    print(f"package:   {targets.package_root()}")
+    print(f"data:      {targets.data_root()}")
+    print("toolchains:")
+    for name, finder in (("host C++", toolchains.host_cxx), ("nvcc", toolchains.nvcc),
+                         ("HIP clang", toolchains.hip_clang), ("SYCL", toolchains.sycl)):
+        tc = finder()
+        state = f"{tc.version or '?'} at {tc.path}" if tc.available else f"not available: {tc.reason}"
+        print(f"  {name:<10} {state}")
+    print("plugins:")
+    plugins = resolve.find_plugins()
+    if not plugins:
+        print("  none installed")
+    for p in plugins:
+        m = p.manifest or {}
+        what = f"{m.get('target')} ({m.get('backend')}; variants {', '.join(m.get('variants', []))})" if m else p.error
+        print(f"  {p.path}  [{p.source}]  {what}")
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from .resolve import explain
+    print(explain(simulate=args.simulate))
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from . import codegen, targets
+    sels = []
+    for spec in args.target:
+        sels.extend(targets.parse_target_list(spec, native=["cpu"]))
+    out = Path(args.out)
+    t0 = time.monotonic()
+    rendered = codegen.generate(sels, out)
+    for r in rendered:
+        print(f"{r.name}: {len(r.sources)} source(s) in {r.directory}")
+    print(f"CMake project: {out / 'CMakeLists.txt'} ({time.monotonic() - t0:.2f} s)")
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from . import build
+    res = build.build(args.targets, build_dir=Path(args.build_dir) if args.build_dir else None,
+                      install_dir=Path(args.out) if args.out else None, jobs=args.jobs)
+    print(f"built {len(res.built)} plugin(s), skipped {len(res.skipped)} in {res.seconds:.1f} s"
+          + (" (up to date)" if res.up_to_date else ""))
+    if args.out and res.built:
+        print(f"add {args.out} to STRATA_KERNELS_PLUGIN_PATH to use these plugins")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="strata-kernels", description="QSA attention kernels: build, inspect, verify.")
+    p.add_argument("--version", action="version", version=f"strata-kernels {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("info", help="versions, toolchains and installed plugins")
+    s.set_defaults(func=_cmd_info)
+
+    s = sub.add_parser("explain", help="which plugin serves each device, and why the others do not")
+    s.add_argument("--simulate", metavar="DEVICES", help="comma-separated devices to simulate, e.g. sm_86,gfx1100")
+    s.set_defaults(func=_cmd_explain)
+
+    s = sub.add_parser("generate", help="render a target's source tree (no compiler needed)")
+    s.add_argument("--target", action="append", required=True, metavar="T",
+                   help="target(s): 'sm_90', 'cpu;gfx1100', 'all' (repeatable)")
+    s.add_argument("--out", required=True, help="output directory")
+    s.set_defaults(func=_cmd_generate)
+
+    s = sub.add_parser("build", help="compile plugins (one CMake configure, one Ninja run)")
+    s.add_argument("--targets", default=None,
+                   help="'cpu;sm_80;sm_90+PTX;gfx1100', 'all', 'native' or TORCH_CUDA_ARCH_LIST syntax "
+                        "(default: $STRATA_TARGETS or native)")
+    s.add_argument("--out", default=None, help="install the plugins here (default: the package's plugins/)")
+    s.add_argument("--build-dir", default=None, help="build directory (default: ~/.cache/strata-kernels/...)")
+    s.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: $MAX_JOBS or all cores)")
+    s.set_defaults(func=_cmd_build)
+
+    from . import bench, parity
+    s = sub.add_parser("parity", help="the parity test of QSA_SPEC §6 against the FP64 reference")
+    parity.add_arguments(s)
+    s.set_defaults(func=parity.run)
+
+    s = sub.add_parser("bench", help="time the plugin against numpy/torch baselines on the same inputs")
+    bench.add_arguments(s)
+    s.set_defaults(func=bench.run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except StrataError as e:
+        print(f"strata-kernels: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("strata-kernels: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Render a target's source tree from the Jinja2 templates (ARCHITECTURE §4).
+
+Deterministic: the same templates, table and toolchain give byte-identical files; files are only rewritten when
+their bytes change, so Ninja rebuilds exactly what an edit touched.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import shutil
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from . import __version__
+from .errors import BuildError
+from .targets import Selection, Target, package_root, template_for, templates_dir
+
+ABI_VERSION = 1
+_COMMENT = {".cpp": "//", ".cu": "//", ".hip": "//", ".h": "//", ".txt": "#", ".cmake": "#"}
+
+
+@dataclass
+class RenderedTarget:
+    """One target's generated tree: what CMake compiles and what the manifest says."""
+    target: Target
+    ptx: bool
+    directory: Path
+    sources: list[Path]
+    manifest: dict
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+
+def environment(root: Path | None = None) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root or templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def f32_literal(x: float) -> str:
+    """A C/C++ literal that is exactly the float32 nearest to x (hex float: no decimal rounding in between)."""
+    f32 = struct.unpack("<f", struct.pack("<f", x))[0]
+    return f32.hex() + "f"
+
+
+def geometry_context(g) -> dict:
+    return {"head_dim": g.head_dim, "group": g.group, "inv_sqrt_hd": f32_literal(1.0 / math.sqrt(g.head_dim))}
+
+
+def write_if_different(path: Path, text: str) -> bool:
+    """Write only when the bytes change (keeps mtimes, so Ninja skips untouched sources). True if written."""
+    data = text.encode()
+    if path.is_file() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return True
+
+
+def template_hash(target: Target, root: Path | None = None) -> str:
+    """sha256 over every template file and the target's table: a change to either changes the manifest."""
+    root = root or templates_dir()
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.j2")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update(target.backend.table.read_bytes())
+    return h.hexdigest()
+
+
+def _toolkit_driver(version: str | None) -> int:
+    """CUDA toolkit 'X.Y' -> the driver API version it needs for its own runtime (major*1000 + minor*10)."""
+    if not version:
+        return 0
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        return 0
+    return major * 1000 + minor * 10
+
+
+def build_manifest(target: Target, ptx: bool, toolchain: dict, flags: list[str], thash: str) -> dict:
+    backend = target.backend.name
+    sass = [f"sm_{target.arch}"] if backend == "cuda" else []
+    return {
+        "abi_version": ABI_VERSION,
+        "package_version": __version__,
+        "target": target.name,
+        "backend": backend,
+        "families": list(target.families),
+        "arch": target.arch or platform.machine(),
+        "host": platform.machine(),
+        "sass": sass,
+        "ptx": [f"compute_{target.arch}"] if backend == "cuda" and ptx else [],
+        "gfx": [target.arch] if backend == "hip" else [],
+        "geometries": [{"head_dim": g.head_dim, "group": g.group} for g in target.geometries],
+        "variants": list(target.all_variants),
+        "dispatch_variants": list(target.variants),
+        "test_variants": list(target.test_variants),
+        "features": list(target.features),
+        "toolchain": {"name": toolchain.get("name"), "version": toolchain.get("version")},
+        "toolkit": {"min": target.toolkit_min, "max": target.toolkit_max},
+        "min_driver_version": _toolkit_driver(toolchain.get("version")) if backend == "cuda" else 0,
+        "template_hash": thash,
+        "flags": list(flags),
+    }
+
+
+def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | None = None,
+                  flags: list[str] | None = None, root: Path | None = None) -> RenderedTarget:
+    """Render ``gen_dir/<target>/``: one source per (variant, geometry), the plugin entry and manifest.json."""
+    target, ptx = (sel.target, sel.ptx) if isinstance(sel, Selection) else (sel, sel.ptx)
+    root = root or templates_dir()
+    env = environment(root)
+    toolchain = toolchain or {"name": target.backend.toolchain, "version": None}
+    flags = list(flags or [])
+    thash = template_hash(target, root)
+    manifest = build_manifest(target, ptx, toolchain, flags, thash)
+    ext = target.backend.source_ext
+    out = gen_dir / target.name
+    base_ctx = {**target.context(), "ptx": ptx, "cmt": _COMMENT.get(ext, "//"), "host_arch": platform.machine(),
+                "package_version": __version__}
+    wanted: list[Path] = []
+
+    def render(template: str, dest: Path, **extra) -> None:
+        ctx = {**base_ctx, "template_name": template, **extra}
+        try:
+            text = env.get_template(template).render(**ctx)
+        except jinja2.TemplateError as e:
+            where = f"{getattr(e, 'filename', None) or template}:{getattr(e, 'lineno', '?')}"
+            raise BuildError(f"rendering {template} for target {target.name} failed at {where}: {e}") from None
+        write_if_different(dest, text)
+        wanted.append(dest)
+
+    for variant in target.all_variants:
+        tpl = template_for(target.backend, variant, root)
+        if tpl is None:  # targets.py validates this; a hand-made Target could still get here
+            raise BuildError(f"target {target.name}: no template provides variant {variant!r}")
+        rel = tpl.relative_to(root).as_posix()
+        for g in target.geometries:
+            render(rel, out / f"{variant}_{g.head_dim}_{g.group}{ext}", variant=variant, geometry=geometry_context(g))
+    manifest_json = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+    render("common/plugin_entry.cpp.j2", out / f"plugin{ext}", manifest_json=manifest_json, geometry=None)
+    mpath = out / "manifest.json"
+    write_if_different(mpath, json.dumps(manifest, sort_keys=True, indent=2) + "\n")
+    # Stale files from an earlier table (a removed variant or geometry) would otherwise linger.
+    keep = set(wanted) | {mpath}
+    for p in out.iterdir():
+        if p.is_file() and p not in keep:
+            p.unlink()
+    return RenderedTarget(target, ptx, out, [p for p in wanted], manifest, flags)
+
+
+def copy_abi_header(gen_dir: Path) -> Path:
+    """The ABI header travels with the generated tree so it can be built anywhere."""
+    src = package_root() / "csrc" / "strata_plugin.h"
+    dest = gen_dir / "include" / "strata_plugin.h"
+    write_if_different(dest, src.read_text())
+    return dest
+
+
+def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict | None = None,
+                 root: Path | None = None) -> Path:
+    """The one CMake project that builds every selected target (and, for pip, the nanobind loader)."""
+    env = environment(root)
+    targets = []
+    for r in rendered:
+        t = r.target
+        targets.append({
+            "name": t.name, "backend": t.backend.name, "arch": t.arch, "ptx": r.ptx,
+            "sources": [p.relative_to(gen_dir).as_posix() for p in r.sources],
+            "flags": r.flags, "cflags": list(t.cflags),
+        })
+    ctx = {
+        "template_name": "cmake/CMakeLists.txt.j2", "target": "all", "cmt": "#",
+        "targets": targets, "backends": sorted({t["backend"] for t in targets}),
+        "loader": loader, "package_version": __version__,
+    }
+    text = env.get_template("cmake/CMakeLists.txt.j2").render(**ctx)
+    path = gen_dir / "CMakeLists.txt"
+    write_if_different(path, text)
+    return path
+
+
+def generate(selections: list[Selection], out: Path, *, toolchains: dict | None = None,
+             flags: dict | None = None) -> list[RenderedTarget]:
+    """Render every selected target and the CMake project into ``out`` (works without any compiler)."""
+    out.mkdir(parents=True, exist_ok=True)
+    copy_abi_header(out)
+    rendered = []
+    for sel in selections:
+        tc = (toolchains or {}).get(sel.target.name)
+        rendered.append(render_target(sel, out, toolchain=tc, flags=(flags or {}).get(sel.target.name)))
+    render_cmake(rendered, out)
+    return rendered
+
+
+def clean(out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)

@@ -1,0 +1,88 @@
+"""Code generation: deterministic, write-if-different, headers, every target renders without a compiler."""
+import json
+import os
+
+import pytest
+
+from strata_kernels import codegen, targets
+
+
+@pytest.fixture(scope="module")
+def table():
+    return targets.all_targets()
+
+
+@pytest.mark.parametrize("name", sorted(targets.all_targets()))
+def test_every_target_renders_a_full_tree(tmp_path, table, name):
+    r = codegen.generate([targets.Selection(table[name], table[name].ptx)], tmp_path)[0]
+    files = sorted(p.name for p in r.directory.iterdir())
+    ext = table[name].backend.source_ext
+    assert f"plugin{ext}" in files and "manifest.json" in files
+    for v in table[name].all_variants:
+        for g in table[name].geometries:
+            assert f"{v}_{g.head_dim}_{g.group}{ext}" in files
+    m = json.loads((r.directory / "manifest.json").read_text())
+    assert m["target"] == name and m["abi_version"] == codegen.ABI_VERSION
+    assert m["variants"] == list(table[name].all_variants)
+    assert (tmp_path / "CMakeLists.txt").is_file() and (tmp_path / "include" / "strata_plugin.h").is_file()
+
+
+def test_generated_files_say_generated_do_not_edit(tmp_path, table):
+    r = codegen.generate([targets.Selection(table["sm_90"], False)], tmp_path)[0]
+    for src in r.sources:
+        first = src.read_text().splitlines()[0]
+        assert "generated — do not edit" in first and "target: sm_90" in first
+    assert (tmp_path / "CMakeLists.txt").read_text().startswith("# generated — do not edit")
+
+
+def test_rendering_is_deterministic(tmp_path, table):
+    sels = targets.parse_target_list("all", table)
+    a, b = tmp_path / "a", tmp_path / "b"
+    codegen.generate(sels, a)
+    codegen.generate(sels, b)
+    fa = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    fb = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert fa == fb
+    for rel in fa:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+def test_write_if_different_keeps_mtimes(tmp_path, table):
+    sel = [targets.Selection(table["cpu"], False)]
+    r = codegen.generate(sel, tmp_path)[0]
+    src = r.sources[0]
+    os.utime(src, (1, 1))
+    codegen.generate(sel, tmp_path)
+    assert src.stat().st_mtime == 1, "an unchanged file was rewritten (Ninja would rebuild it)"
+
+
+def test_stale_sources_are_removed(tmp_path, table):
+    r = codegen.generate([targets.Selection(table["cpu"], False)], tmp_path)[0]
+    stray = r.directory / "v9_256_12.cpp"
+    stray.write_text("old")
+    codegen.generate([targets.Selection(table["cpu"], False)], tmp_path)
+    assert not stray.exists()
+
+
+def test_golden_snippets(tmp_path, table):
+    """The numerics that must survive template edits (QSA_SPEC §4.1): fma chains, butterfly, exact constants."""
+    cpu = codegen.generate([targets.Selection(table["cpu"], False)], tmp_path / "c")[0]
+    src = (cpu.directory / "fp32_256_12.cpp").read_text()
+    assert "constexpr int HD = 256;" in src and "constexpr int G = 12;" in src
+    assert "constexpr float kInvSqrtHD = 0x1.0000000000000p-4f;" in src
+    assert "std::fma(" in src and "-FLT_MAX" in src
+    cu = codegen.generate([targets.Selection(table["sm_90"], False)], tmp_path / "g")[0]
+    src = (cu.directory / "fp32_256_12.cu").read_text()
+    assert "__fmaf_rn(" in src and "SHFL_XOR" in src and "__expf(" in src
+    assert "for (int off = 16; off >= 1; off >>= 1)" in src
+    plugin = (cu.directory / "plugin.cu").read_text()
+    assert "STRATA_MANIFEST_BEGIN" in plugin and '"target":"sm_90"' in plugin
+
+
+def test_manifest_records_ptx_and_driver_floor(tmp_path, table):
+    r = codegen.render_target(targets.Selection(table["sm_120"], True), tmp_path,
+                              toolchain={"name": "nvcc", "version": "13.0"})
+    assert r.manifest["sass"] == ["sm_120"] and r.manifest["ptx"] == ["compute_120"]
+    assert r.manifest["min_driver_version"] == 13000
+    r = codegen.render_target(targets.Selection(table["gfx1100"], False), tmp_path)
+    assert r.manifest["gfx"] == ["gfx1100"] and r.manifest["sass"] == []
