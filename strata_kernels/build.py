@@ -142,7 +142,13 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
     t0 = time.monotonic()
     spec = spec or os.environ.get("STRATA_TARGETS") or "native"
     explicit = _is_explicit(spec)
-    selections = parse_target_list(spec, all_targets())
+    native = None
+    if "native" in spec.lower():
+        from .resolve import native_targets
+        native, notes = native_targets(all_targets())
+        for note in notes:
+            log(f"strata-kernels: {note}")
+    selections = parse_target_list(spec, all_targets(), native=native)
     build_dir = Path(build_dir or default_build_dir())
     install_dir = Path(install_dir or default_install_dir())
     result = BuildResult()

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except StrataError as e:
+    except (StrataError, ValueError) as e:
         print(f"strata-kernels: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -17,10 +17,10 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
+from .abi import ABI_VERSION
 from .errors import BuildError
 from .targets import Selection, Target, package_root, template_for, templates_dir
 
-ABI_VERSION = 1
 _COMMENT = {".cpp": "//", ".cu": "//", ".hip": "//", ".h": "//", ".txt": "#", ".cmake": "#"}
 
 
@@ -83,14 +83,15 @@ def template_hash(target: Target, root: Path | None = None) -> str:
 
 
 def _toolkit_driver(version: str | None) -> int:
-    """CUDA toolkit 'X.Y' -> the driver API version it needs for its own runtime (major*1000 + minor*10)."""
+    """CUDA toolkit 'X.Y' -> the oldest driver its SASS and static runtime run on: X.0 (CUDA minor-version
+    compatibility). PTX JIT needs a driver of at least X.Y; the resolver reads that from toolchain.version."""
     if not version:
         return 0
     try:
-        major, minor = (int(x) for x in version.split(".")[:2])
+        major = int(version.split(".")[0])
     except ValueError:
         return 0
-    return major * 1000 + minor * 10
+    return major * 1000
 
 
 def build_manifest(target: Target, ptx: bool, toolchain: dict, flags: list[str], thash: str) -> dict:

@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import PluginError, Unsupported
+from .abi import ABI_VERSION, MANIFEST_BEGIN, MANIFEST_END  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from .targets import Target
 
 log = logging.getLogger("strata_kernels")
 
-ABI_VERSION = 1  # STRATA_ABI_VERSION in csrc/strata_plugin.h
 
 ENTRY_POINT_GROUP = "strata_kernels.plugins"
 ENV_PLUGIN_PATH = "STRATA_KERNELS_PLUGIN_PATH"
@@ -51,8 +51,6 @@ ENV_TARGET = "STRATA_KERNELS_TARGET"
 ENV_SIMULATE_DRIVER = "STRATA_KERNELS_SIMULATE_DRIVER"
 DEFAULT_SIMULATED_DRIVER = 13000  # a CUDA 13.0 driver, CUDA style (major*1000 + minor*10)
 
-MANIFEST_BEGIN = b"STRATA_MANIFEST_BEGIN"
-MANIFEST_END = b"STRATA_MANIFEST_END"
 _MAX_MANIFEST_BYTES = 1 << 20
 
 BACKENDS = ("cpu", "cuda", "hip", "sycl")
