@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One call on the lent H200 (device tool): GPU tests, parity and benchmark, results under $OUT.
+# The plugins and the abi3 loader are built on the CPU machine (Python 3.12, nvcc 13.0, sm_90) and carried:
+#   STRATA_TARGETS="cpu;sm_90" python3.12 -c "from strata_kernels import build; build.build(with_loader=True)"
+# carry: strata_kernels/_loader.abi3.so strata_kernels/plugins .whl (pytest wheels; the H200 has no registry).
+# Usage: bash ci/gpu_h200.sh [quick|full]
+set -uo pipefail
+MODE=${1:-full}
+OUT=${OUT:-/tmp/strata-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__)"
+  python3 -m strata_kernels explain
+} 2>&1 | tee "$OUT/env.txt"
+
+status=0
+python3 -m pytest tests/gpu -q -rs 2>&1 | tee "$OUT/gpu_tests.txt"; status=$(( status | ${PIPESTATUS[0]} ))
+
+if python3 -c "import strata_kernels.parity" 2>/dev/null; then
+  args=(--device cuda --json "$OUT/parity.json")
+  [ "$MODE" = quick ] && args+=(--quick)
+  python3 -m strata_kernels parity "${args[@]}" 2>&1 | tee "$OUT/parity.txt"; status=$(( status | ${PIPESTATUS[0]} ))
+fi
+if python3 -c "import strata_kernels.bench" 2>/dev/null; then
+  args=(--device cuda)
+  [ "$MODE" = quick ] && args+=(--quick)
+  python3 -m strata_kernels bench "${args[@]}" 2>&1 | tee "$OUT/bench.txt"; status=$(( status | ${PIPESTATUS[0]} ))
+fi
+echo "== summary (exit $status) =="
+tail -n 3 "$OUT/gpu_tests.txt"
+[ -f "$OUT/parity.txt" ] && tail -n 20 "$OUT/parity.txt"
+[ -f "$OUT/bench.txt" ] && tail -n 25 "$OUT/bench.txt"
+exit $status
