@@ -116,7 +116,7 @@ def _q4_exact_pool(rs: np.random.RandomState, lead: tuple[int, ...], D: int) -> 
     # V to fp16 (§2.7) reads the same values as the FP64 reference.
     nb = D // 32
     qs = rs.randint(0, 256, size=lead + (nb, 16), dtype=np.uint8)
-    k = rs.randint(6, 33, size=lead + (nb,))
+    k = rs.randint(6, 32, size=lead + (nb,))
     return _pack_q4_qs((k / 1024.0).astype(np.float16), qs)
 
 

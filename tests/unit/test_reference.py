@@ -275,3 +275,15 @@ def test_torch_cpu_tensors_are_accepted():
     kv_t = KVCache.int8(*(torch.from_numpy(a) for a in (kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table)))
     got = R.qsa_attn_fp64(torch.from_numpy(q), kv_t, torch.from_numpy(ids), torch.from_numpy(width))
     np.testing.assert_array_equal(got, R.qsa_attn_fp64(q, kv, ids, width))
+
+
+def test_oracle_restores_the_blas_thread_count():
+    api = R._openblas_threads()
+    if api is None:
+        pytest.skip("numpy's BLAS is not an OpenBLAS this process can reach")
+    get, put = api
+    before = get()
+    kv = _tiny_kv("int8")
+    q, ids, width = _tiny_inputs()
+    R.qsa_attn_fp64(q, kv, ids, width)
+    assert get() == before

@@ -72,6 +72,27 @@ def test_int8_draw_order_is_k_codes_scales_v_codes_scales_shuffle_queries():
         np.testing.assert_array_equal(got, want)
 
 
+def test_selection_draws_follow_the_queries_first_shuffle_then_replacements():
+    """§6.3: the first sparse query takes the first (w - 512) cells of a shuffle of [0, n_kv - 512); the next one
+    replaces (w - 512) / 32 random members by random cells, skipping cells already present."""
+    c = T.make_case("int8", 3000, 2, **SMALL)
+    rs = np.random.RandomState(1235)
+    lead, D = (750, 2, 4), 64
+    for _ in range(2):
+        rs.randint(-127, 128, size=lead + (D,), dtype=np.int8)
+        rs.uniform(0.005, 0.03, size=lead + (1,))
+    rs.shuffle(np.arange(750, dtype=np.int32))
+    rs.standard_normal((2, 6, D))
+    older = 2051 - 512
+    members = rs.permutation(2999 - 512)[:older]
+    np.testing.assert_array_equal(c.ids[0, :older], np.sort(members))
+    slot, cell = rs.randint(0, older, size=older // 32), rs.randint(0, 3000 - 512, size=older // 32)
+    for s_, c_ in zip(slot, cell):
+        if c_ not in members:
+            members[s_] = c_
+    np.testing.assert_array_equal(c.ids[1, :older], np.sort(members))
+
+
 def test_int8_codes_and_scales_ranges():
     c = T.make_case("int8", 4000, 4, **SMALL)
     assert c.kv.k.min() == -127 and c.kv.k.max() == 127
