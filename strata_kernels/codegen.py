@@ -73,11 +73,14 @@ def write_if_different(path: Path, text: str) -> bool:
 
 
 def template_hash(target: Target, root: Path | None = None) -> str:
-    """sha256 over every template file and the target's table: a change to either changes the manifest."""
+    """sha256 over the templates this target can use (its backend's template_dirs, common/, cmake/) and its
+    table: editing another backend's template changes nothing here, so nothing of this target rebuilds."""
     root = root or templates_dir()
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*.j2")):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    dirs = sorted(set(target.backend.template_dirs) | {"common", "cmake"})
+    for d in dirs:
+        for p in sorted((root / d).rglob("*.j2")):
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     h.update(target.backend.table.read_bytes())
     return h.hexdigest()
 

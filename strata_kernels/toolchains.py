@@ -102,12 +102,13 @@ def sycl() -> Toolchain:
     return Toolchain("sycl", None, None, "no SYCL compiler found (install Intel oneAPI DPC++: icpx -fsycl)")
 
 
-_FINDERS = {"host-cxx": host_cxx, "nvcc": nvcc, "hip-clang": hip_clang, "sycl": sycl}
+# Looked up by name at call time (tests replace a finder to simulate a missing toolchain).
+_FINDERS = {"host-cxx": "host_cxx", "nvcc": "nvcc", "hip-clang": "hip_clang", "sycl": "sycl"}
 
 
 def for_target(target: Target) -> Toolchain:
     """The toolchain for ``target`` with its floors checked; ``reason`` says why it cannot build the target."""
-    tc = _FINDERS[target.backend.toolchain]()
+    tc = globals()[_FINDERS[target.backend.toolchain]]()
     if not tc.available:
         return tc
     if target.backend.name not in BUILDABLE_BACKENDS:
@@ -127,5 +128,5 @@ def for_target(target: Target) -> Toolchain:
 
 
 def clear_cache() -> None:
-    for f in _FINDERS.values():
-        f.cache_clear()
+    for name in _FINDERS.values():
+        globals()[name].cache_clear()
