@@ -9,7 +9,6 @@ K pool (codes, then scales), V pool (codes, then scales), page-table shuffle, qu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 

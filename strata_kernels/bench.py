@@ -1,0 +1,381 @@
+"""``strata-kernels bench``: the plugin against what a user would run instead, on the same inputs (the parity
+recipe, QSA_SPEC §6.3) in the same run: the same function in plain numpy FP32, and with torch (when importable)
+a gather + softmax + matmul, a gather + ``scaled_dot_product_attention`` with a width mask (FP32 and, on a GPU,
+bf16), and on a GPU dense bf16 SDPA over every earlier cell (a different function, timed for scale; §7.5).
+
+Each method: one warm-up call (its output is checked against the FP64 oracle on the §6.4 sample), then the median
+of ``reps`` timed calls.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .parity import _host_rows, _place, parse_device, sample_queries
+
+METHODS = ("plugin", "numpy-fp32", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "dense-bf16-sdpa")
+CPU_METHODS = ("plugin", "numpy-fp32", "torch-fp32", "torch-fp32-sdpa")
+GPU_METHODS = ("plugin", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "dense-bf16-sdpa")
+CPU_SHAPES = "4096x64,1500x64,2100x64"
+GPU_SHAPES = "32768x2048,1500x1500,2100x256,131072x2048"      # the shapes of QSA_SPEC §7.5
+CPU_REPS, GPU_REPS = 3, 5
+# Queries gathered per torch step: §7.5 uses 256 on a GPU; on the host a smaller step keeps memory low.
+GPU_CHUNK, CPU_CHUNK = 256, 16
+
+
+@dataclass
+class BenchRow:
+    shape: str                  # "<context>x<queries>"
+    fmt: str
+    method: str
+    ms: float | None            # median ms per call (None: the method could not run)
+    ratio: float | None         # method ms / plugin ms (> 1: the plugin is faster)
+    max_err: float | None       # max |out - fp64| on the sample (None: a different function or not run)
+    rel_err: float | None       # max_err / max |fp64|
+    note: str = ""
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'4096x64,1500x64' -> [(4096, 64), (1500, 64)] (context x queries)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        a, sep, b = part.partition("x")
+        if not sep or not a.isdigit() or not b.isdigit() or int(a) < 1 or int(b) < 1:
+            raise ValueError(f"--shapes: expected CONTEXTxQUERIES items like 4096x64, got {part!r}")
+        out.append((int(a), int(b)))
+    if not out:
+        raise ValueError("--shapes: no shape given")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Baselines
+# ---------------------------------------------------------------------------------------------------------------
+def _torch_device(device: tuple[str, int]):
+    import torch
+    return torch.device("cpu") if device[0] == "cpu" else torch.device("cuda", device[1])
+
+
+class TorchGather:
+    """What a torch user would write for this operation: dequantise the pools, gather each query's selected rows,
+    then softmax + matmul (or SDPA) with a mask of the valid cells, ``chunk`` queries at a time."""
+
+    def __init__(self, case: Any, device: tuple[str, int], dtype: str = "float32", sdpa: bool = False,
+                 chunk: int | None = None):
+        import torch
+        self.torch = torch
+        self.dev = _torch_device(device)
+        self.dtype = getattr(torch, dtype)
+        self.sdpa = sdpa
+        self.chunk = chunk or (CPU_CHUNK if device[0] == "cpu" else GPU_CHUNK)
+        kv = case.kv
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.dev)  # noqa: E731
+        self.nkv, self.D = kv.n_head_kv, kv.head_dim
+        self.G = case.q.shape[1] // self.nkv
+        self.n_phys, self.n_cells = kv.n_phys_pages, kv.n_pages * 4
+        kinds = {"fp16": ("fp16", "fp16"), "int8": ("int8", "int8"), "q4_0": ("q4", "q4"), "k8v4": ("int8", "q4")}
+        self.kinds = kinds[kv.format]
+        rows = kv.n_phys_pages * kv.n_head_kv * 4
+
+        def flat(pool):
+            if pool is None:
+                return None
+            a = np.ascontiguousarray(pool)
+            return t(a.view(np.float16) if a.dtype == np.uint16 else a).reshape(rows, -1)   # fp16 bits -> fp16
+        self.k, self.v = flat(kv.k), flat(kv.v)
+        self.k_scale, self.v_scale = flat(kv.k_scale), flat(kv.v_scale)
+        self.pt = t(kv.page_table).long()
+        self.q = t(case.q)
+        self.ids = t(case.ids).long()
+        self.w = t(case.widths).long()
+        self.out = torch.empty(case.q.shape, dtype=torch.float32, device=self.dev)
+
+    def _dequant_pool(self, pool, scale, kind):
+        """The whole pool as ``dtype`` rows [rows, D]. Dequantising the pool once per call costs far less than
+        dequantising every gathered copy (each cell is selected by many queries)."""
+        torch = self.torch
+        if kind == "fp16":
+            return pool.to(self.dtype)
+        if kind == "int8":
+            x = pool.float().view(-1, self.D // 64, 64).mul_(scale.float().unsqueeze(-1))
+            return x.view(-1, self.D).to(self.dtype)
+        blk = pool.view(-1, self.D // 32, 18)
+        d = blk[..., 0:2].contiguous().view(torch.float16).float()          # [rows, NB, 1]
+        qs = blk[..., 2:]
+        nib = torch.cat([qs & 15, qs >> 4], dim=-1).float().sub_(8.0)
+        return nib.mul_(d).view(-1, self.D).to(self.dtype)
+
+    def __call__(self):
+        torch = self.torch
+        n_q, cap = self.ids.shape
+        k_pool = self._dequant_pool(self.k, self.k_scale, self.kinds[0])
+        v_pool = self._dequant_pool(self.v, self.v_scale, self.kinds[1])
+        heads = torch.arange(self.nkv, device=self.dev).view(1, -1, 1)
+        pos = torch.arange(cap, device=self.dev).view(1, -1)
+        for s in range(0, n_q, self.chunk):
+            e = min(n_q, s + self.chunk)
+            B = e - s
+            ids = self.ids[s:e]
+            ok = (pos < self.w[s:e, None]) & (ids >= 0) & (ids < self.n_cells)
+            cell = torch.where(ok, ids, 0)
+            page = self.pt[cell // 4]
+            ok &= (page >= 0) & (page < self.n_phys)
+            page = torch.where(ok, page, 0)
+            rows = ((page.unsqueeze(1) * self.nkv + heads) * 4 + (cell % 4).unsqueeze(1)).reshape(-1)
+            K = k_pool.index_select(0, rows).view(B, self.nkv, cap, self.D)
+            V = v_pool.index_select(0, rows).view(B, self.nkv, cap, self.D)
+            qb = self.q[s:e].view(B, self.nkv, self.G, self.D).to(self.dtype)
+            mask = ok.view(B, 1, 1, cap)
+            if self.sdpa:
+                o = torch.nn.functional.scaled_dot_product_attention(qb, K, V, attn_mask=mask)
+            else:
+                sc = torch.matmul(qb, K.transpose(-1, -2)) / math.sqrt(self.D)
+                o = torch.matmul(torch.softmax(sc.masked_fill(~mask, -math.inf), dim=-1), V)
+            # a query with no valid cell gives NaN in softmax/SDPA; the operation defines it as 0
+            o = torch.where(ok.any(dim=-1).view(-1, 1, 1, 1), o, torch.zeros((), dtype=o.dtype, device=o.device))
+            self.out[s:e] = o.reshape(B, self.nkv * self.G, self.D).float()
+        return self.out
+
+
+class TorchDense:
+    """Dense causal bf16 SDPA over every earlier cell (the KV dequantised once, outside the timing): the cost of
+    not selecting at all. A different function, so no error is reported."""
+
+    def __init__(self, case: Any, device: tuple[str, int], dtype: str = "bfloat16"):
+        import torch
+        from .reference import dequant_rows
+        self.torch = torch
+        dev = _torch_device(device)
+        kv = case.kv
+        pt = np.asarray(kv.page_table).astype(np.int64)
+        cells = np.arange(case.ctx)
+        phys = pt[cells // 4]
+        res = phys >= 0
+
+        def dense(which):
+            rows = dequant_rows(kv, which)                                    # [P, nkv, 4, D]
+            x = np.zeros((kv.n_head_kv, case.ctx, kv.head_dim), np.float32)
+            x[:, res] = rows[phys[res], :, cells[res] % 4].transpose(1, 0, 2)
+            return torch.from_numpy(x).to(dev, getattr(torch, dtype)).unsqueeze(0)
+        self.k, self.v = dense("k"), dense("v")
+        self.q = torch.from_numpy(case.q).to(dev, getattr(torch, dtype)).transpose(0, 1).unsqueeze(0)
+        n_q = case.q.shape[0]
+        qpos = torch.arange(case.ctx - n_q, case.ctx, device=dev).view(-1, 1)
+        self.mask = torch.arange(case.ctx, device=dev).view(1, -1) <= qpos                # [n_q, ctx]
+        self.group = case.q.shape[1] // kv.n_head_kv
+
+    def __call__(self):
+        F = self.torch.nn.functional
+        try:
+            o = F.scaled_dot_product_attention(self.q, self.k, self.v, attn_mask=self.mask, enable_gqa=True)
+        except TypeError:                                                      # torch < 2.5: no enable_gqa
+            k = self.k.repeat_interleave(self.group, dim=1)
+            v = self.v.repeat_interleave(self.group, dim=1)
+            o = F.scaled_dot_product_attention(self.q, k, v, attn_mask=self.mask)
+        return o.squeeze(0).transpose(0, 1)
+
+
+def _time_calls(fn: Callable[[], Any], reps: int, device: tuple[str, int]) -> float:
+    """Median ms of ``reps`` individually timed calls (device events on a GPU)."""
+    times = []
+    if device[0] in ("cuda", "hip"):
+        import torch
+        for _ in range(reps):
+            torch.cuda.synchronize(device[1])
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _default_api():
+    from . import ops
+    return ops
+
+
+def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: int = CPU_REPS,
+               device: tuple[str, int] = ("cpu", 0), methods: Sequence[str] | None = None,
+               variant: str | None = None, op: str = "prompt", head_dim: int = 256, group: int = 12,
+               n_head_kv: int = 2, api: Any = None, emit: Callable[[str], None] | None = None) -> list[BenchRow]:
+    """One row per (shape, method); the plugin row first so the others can be put in ratio to it."""
+    from . import reference as R
+    from .testing import make_case
+
+    api = api or _default_api()
+    methods = list(methods or (CPU_METHODS if device[0] == "cpu" else GPU_METHODS))
+    if op not in ("prompt", "decode"):
+        raise ValueError(f"op: expected 'prompt' or 'decode', got {op!r}")
+    rows: list[BenchRow] = []
+    for ctx, n_q in shapes:
+        case = make_case(fmt, ctx, n_q, n_head_kv=n_head_kv, group=group, head_dim=head_dim)
+        shape = f"{ctx}x{case.n_q}"
+        sample = sample_queries(case.n_q, case.widths)
+        ref = R.qsa_attn_fp64(case.q, case.kv, case.ids, case.width, sample)
+        ref_scale = float(np.abs(ref).max()) if ref.size else 0.0
+        plugin_ms = None
+        for m in methods:
+            label, note = m, ""
+            try:
+                fn, label = _method(m, case, device, variant, op, api)
+            except ImportError as exc:
+                rows.append(BenchRow(shape, fmt, m, None, None, None, None, f"not run: {exc}"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a method that cannot run is reported, not fatal
+                rows.append(BenchRow(shape, fmt, m, None, None, None, None, f"not run: {type(exc).__name__}: {exc}"))
+                if emit:
+                    emit(_progress(rows[-1]))
+                continue
+            try:
+                out = fn()                                    # warm-up; its output is the one checked
+                err = None
+                if m != "dense-bf16-sdpa":
+                    err = float(np.abs(_host_rows(out, sample) - ref).max()) if sample.size else 0.0
+                else:
+                    note = "a different function (every earlier cell)"
+                ms = _time_calls(fn, max(1, reps), device)
+            except Exception as exc:  # noqa: BLE001
+                rows.append(BenchRow(shape, fmt, label, None, None, None, None, f"failed: {type(exc).__name__}: {exc}"))
+                if emit:
+                    emit(_progress(rows[-1]))
+                continue
+            if m == "plugin":
+                plugin_ms = ms
+            ratio = ms / plugin_ms if plugin_ms else None
+            rows.append(BenchRow(shape, fmt, label, ms, ratio, err,
+                                 err / ref_scale if err is not None and ref_scale > 0 else None, note))
+            if emit:
+                emit(_progress(rows[-1]))
+            del out
+    return rows
+
+
+def _method(m: str, case: Any, device: tuple[str, int], variant: str | None, op: str,
+            api: Any) -> tuple[Callable[[], Any], str]:
+    """(callable, label) for one method; inputs are placed before, so the callable times only the work."""
+    if m == "plugin":
+        q, kv, ids, width = _place(case, device)
+        call = api.qsa_prompt_attn if op == "prompt" else api.qsa_decode_attn
+        from .parity import _nan_filled
+        out = _nan_filled(q, tuple(case.q.shape))
+        label = "plugin"
+        try:
+            label = f"plugin ({api.which(q, kv, ids, width, path=op, variant=variant).variant})"
+        except Exception:  # noqa: BLE001 - the label is cosmetic
+            if variant:
+                label = f"plugin ({variant})"
+        return (lambda: call(q, kv, ids, width, variant=variant, out=out)), label
+    if m == "numpy-fp32":
+        from .reference import qsa_attn_numpy
+        return (lambda: qsa_attn_numpy(case.q, case.kv, case.ids, case.width, dtype=np.float32)), \
+            "numpy fp32 gather+softmax+matmul"
+    if m in ("torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa"):
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("torch is not installed") from exc
+        dtype = "bfloat16" if "bf16" in m else "float32"
+        sdpa = m.endswith("sdpa")
+        label = f"torch {'bf16' if 'bf16' in m else 'fp32'} gather+{'SDPA' if sdpa else 'softmax+matmul'}"
+        return TorchGather(case, device, dtype, sdpa), label
+    if m == "dense-bf16-sdpa":
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("torch is not installed") from exc
+        return TorchDense(case, device), "dense bf16 SDPA (all earlier cells)"
+    raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {m!r}")
+
+
+def _progress(r: BenchRow) -> str:
+    if r.ms is None:
+        return f"{r.shape} {r.fmt} {r.method}: {r.note}"
+    err = "" if r.max_err is None else f", max err vs fp64 {r.max_err:.3g}"
+    return f"{r.shape} {r.fmt} {r.method}: {r.ms:.3f} ms{err}"
+
+
+def format_rows(rows: Sequence[BenchRow]) -> str:
+    """The table: shape, format, method, ms per call, baseline/plugin, max error vs FP64 (absolute, of scale)."""
+    head = ("shape", "format", "method", "ms/call", "baseline/plugin", "max err vs fp64", "of scale", "note")
+    cells = [(r.shape, r.fmt, r.method, "-" if r.ms is None else f"{r.ms:.3f}",
+              "-" if r.ratio is None else f"{r.ratio:.2f}", "-" if r.max_err is None else f"{r.max_err:.3g}",
+              "-" if r.rel_err is None else f"{r.rel_err:.3g}", r.note) for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(head)]
+    fmt = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(c) for c in cells])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``strata-kernels bench``."""
+    parser.add_argument("--shapes", help=f"CONTEXTxQUERIES list (default: {CPU_SHAPES} on the CPU, "
+                        f"{GPU_SHAPES} on a GPU)")
+    parser.add_argument("--format", default="int8", help="KV format(s): fp16, int8, q4_0, k8v4 (comma-separated)")
+    parser.add_argument("--reps", type=int, help=f"timed calls per method; the median is kept (default "
+                        f"{CPU_REPS} on the CPU, {GPU_REPS} on a GPU)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda[:N] or hip[:N]")
+    parser.add_argument("--variant", help="force a plugin variant (default: the dispatcher's choice)")
+    parser.add_argument("--methods", help=f"comma-separated subset of {', '.join(METHODS)}")
+    parser.add_argument("--op", default="prompt", choices=("prompt", "decode"), help="plugin operation to time")
+    parser.add_argument("--head-dim", type=int, default=256)
+    parser.add_argument("--group", type=int, default=12)
+    parser.add_argument("--n-head-kv", type=int, default=2)
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+
+
+def run(args: argparse.Namespace, api: Any = None) -> int:
+    """``strata-kernels bench``: print the table; 0 on success, 2 on a usage error, 1 if the plugin failed."""
+    from .testing import format_name
+    try:
+        device = parse_device(args.device)
+        shapes = parse_shapes(args.shapes or (CPU_SHAPES if device[0] == "cpu" else GPU_SHAPES))
+        fmts = [format_name(f.strip()) for f in args.format.split(",") if f.strip()]
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+        bad = [m for m in methods or [] if m not in METHODS]
+        if bad:
+            raise ValueError(f"--methods: unknown {', '.join(bad)}; expected some of {', '.join(METHODS)}")
+        reps = args.reps if args.reps is not None else (CPU_REPS if device[0] == "cpu" else GPU_REPS)
+        if reps < 1:
+            raise ValueError(f"--reps: expected >= 1, got {reps}")
+    except ValueError as exc:
+        print(f"strata-kernels bench: {exc}", file=sys.stderr)
+        return 2
+    rows: list[BenchRow] = []
+    for fmt in fmts:
+        rows += bench_rows(shapes, fmt=fmt, reps=reps, device=device, methods=methods, variant=args.variant,
+                           op=args.op, head_dim=args.head_dim, group=args.group, n_head_kv=args.n_head_kv,
+                           api=api, emit=lambda s: print(s, flush=True))
+    print()
+    print(format_rows(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": list(device), "reps": reps, "rows": [asdict(r) for r in rows]}, f, indent=1)
+    plugin_failed = any(r.method.startswith("plugin") and r.ms is None for r in rows)
+    return 1 if plugin_failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="strata-kernels bench", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
