@@ -149,8 +149,8 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         for note in notes:
             log(f"strata-kernels: {note}")
     selections = parse_target_list(spec, all_targets(), native=native)
-    build_dir = Path(build_dir or default_build_dir())
-    install_dir = Path(install_dir or default_install_dir())
+    build_dir = Path(build_dir or default_build_dir()).resolve()
+    install_dir = Path(install_dir or default_install_dir()).resolve()
     result = BuildResult()
 
     chosen: list[Selection] = []
@@ -191,18 +191,26 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         cmake = _tool("cmake", "cmake", (3, 26))
         ninja = _tool("ninja", "ninja")
         env = dict(os.environ)
+        args = [cmake, "-S", str(gen_dir), "-B", str(cmake_dir), "-G", "Ninja",
+                f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release"]
+        nvcc = next((t.path for t in tcs.values() if t.name == "nvcc"), None)
+        if nvcc:
+            args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+        launcher = shutil.which("ccache") or shutil.which("sccache")
+        if launcher:
+            args += [f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}", f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}"]
+        if loader:
+            args.append(f"-DPython_EXECUTABLE={sys.executable}")
+        # A build directory configured by another cmake (pip's build environments are temporary), compiler or
+        # Python cannot be reused: start it afresh rather than fail inside Ninja's regeneration step.
+        stamp = cmake_dir / "strata-configure.json"
+        if (cmake_dir / "build.ninja").is_file() and (not stamp.is_file() or json.loads(stamp.read_text()) != args):
+            log("strata-kernels: the build directory was configured differently; reconfiguring")
+            shutil.rmtree(cmake_dir)
         if not (cmake_dir / "build.ninja").is_file():
-            args = [cmake, "-S", str(gen_dir), "-B", str(cmake_dir), "-G", "Ninja",
-                    f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release"]
-            if "nvcc" in {t.name for t in tcs.values()}:
-                args.append(f"-DCMAKE_CUDA_COMPILER={tcs[next(n for n, t in tcs.items() if t.name == 'nvcc')].path}")
-            launcher = shutil.which("ccache") or shutil.which("sccache")
-            if launcher:
-                args += [f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}", f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}"]
-            if loader:
-                args.append(f"-DPython_EXECUTABLE={sys.executable}")
             log("strata-kernels: configuring (cmake)")
             _run_streamed(args, build_dir, log, env)
+            stamp.write_text(json.dumps(args))
         jobs = jobs or int(os.environ.get("MAX_JOBS", "0") or 0) or os.cpu_count() or 1
         log(f"strata-kernels: compiling with {jobs} job(s) (ninja)")
         tb = time.monotonic()

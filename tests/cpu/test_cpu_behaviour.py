@@ -156,3 +156,22 @@ def test_torch_tensors_in_and_out(sk, case):
     with pytest.raises(ValueError, match="ids: expected the same device as q"):
         sk.qsa_prompt_attn(torch.from_numpy(case.q).to("meta"), tkv, torch.from_numpy(case.ids),
                            torch.from_numpy(case.width))
+
+
+def test_portable_and_avx2_forms_give_the_same_bits(sk, tmp_path):
+    """The CPU kernel is compiled twice (portable, AVX2+FMA); the choice must never change a bit."""
+    import subprocess
+    import sys
+    code = ("import numpy as np, strata_kernels as sk\n"
+            "for fmt in ('int8', 'fp16', 'q4_0', 'k8v4'):\n"
+            "    c = sk.testing.make_case(fmt, 2100, 6, holes=True)\n"
+            "    np.save(f'{out}/{fmt}.npy', sk.qsa_prompt_attn(c.q, c.kv, c.ids, c.width))\n")
+    import os
+    for isa in ("portable", "native"):
+        d = tmp_path / isa
+        d.mkdir()
+        env = dict(os.environ, STRATA_CPU_ISA=isa)
+        subprocess.run([sys.executable, "-c", f"out = {str(d)!r}\n" + code], check=True, env=env)
+    for fmt in ("int8", "fp16", "q4_0", "k8v4"):
+        a, b = np.load(tmp_path / "portable" / f"{fmt}.npy"), np.load(tmp_path / "native" / f"{fmt}.npy")
+        assert a.tobytes() == b.tobytes(), fmt
