@@ -76,3 +76,14 @@ def describe(x: Any) -> str:
         return f"{framework(x)} {dtype_name(x)} {shape(x)} on {dev[0]}" + (f":{dev[1]}" if dev[0] != "cpu" else "")
     except Exception:  # noqa: BLE001 - only for messages
         return type(x).__name__
+
+
+def to_host(x: Any):
+    """A numpy view or copy of x on the host (torch/cupy device arrays are copied)."""
+    import numpy as np
+    fw = framework(x)
+    if fw == "torch":
+        return x.detach().cpu().numpy()
+    if fw == "cupy":
+        return x.get()
+    return np.asarray(x)

@@ -216,14 +216,7 @@ def _framework_alloc(like: Any, shape: tuple[int, ...], dtype: str, fill: float 
     return np.full(shape, fill, dtype=dtype) if fill is not None else np.empty(shape, dtype=dtype)
 
 
-def _to_host(x: Any):
-    import numpy as np
-    fw = A.framework(x)
-    if fw == "torch":
-        return x.detach().cpu().numpy()
-    if fw == "cupy":
-        return x.get()
-    return np.asarray(x)
+_to_host = A.to_host
 
 
 def _stream_handle(q: Any, stream: Any) -> int:

@@ -66,13 +66,7 @@ def _single_threaded_blas() -> Iterator[None]:
         put(old)
 
 
-def _host(x: Any) -> np.ndarray:
-    fw = A.framework(x)
-    if fw == "torch":
-        return x.detach().cpu().numpy()
-    if fw == "cupy":
-        return x.get()
-    return np.asarray(x)
+_host = A.to_host
 
 
 def _as_fp16(x: np.ndarray) -> np.ndarray:

@@ -80,13 +80,9 @@ Plugin *load(const std::string &path) {
 
 const void *ptr_or_null(const std::optional<Array> &a) { return a ? a->data() : nullptr; }
 
-// Fill the argument struct; the Python layer (ops.py) has already checked dtypes, shapes and devices.
-strata_attn_args make_args(int fmt, const Array &q, Array &out, const Array &ids, const Array &width,
-                           int64_t width_stride, const Array &page_table, const Array &k, const Array &v,
-                           const std::optional<Array> &k_scale, const std::optional<Array> &v_scale,
-                           int n_head_kv, int head_dim, int group, int64_t n_phys_pages,
-                           const std::optional<Array> &scratch, const std::optional<Array> &bad, int n_threads,
-                           uintptr_t stream) {
+// The sizes and the device of a call, from its arrays (shared by `call` and `which`).
+strata_attn_args base_args(int fmt, const Array &q, const Array &ids, int64_t width_stride, const Array &page_table,
+                           int n_head_kv, int head_dim, int group, int64_t n_phys_pages) {
     strata_attn_args a;
     std::memset(&a, 0, sizeof(a));
     a.struct_size = sizeof(a);
@@ -101,6 +97,17 @@ strata_attn_args make_args(int fmt, const Array &q, Array &out, const Array &ids
     a.n_pages = page_table.ndim() ? int64_t(page_table.shape(0)) : 0;
     a.n_phys_pages = n_phys_pages;
     a.width_stride = width_stride;
+    return a;
+}
+
+// Fill the argument struct; the Python layer (ops.py) has already checked dtypes, shapes and devices.
+strata_attn_args make_args(int fmt, const Array &q, Array &out, const Array &ids, const Array &width,
+                           int64_t width_stride, const Array &page_table, const Array &k, const Array &v,
+                           const std::optional<Array> &k_scale, const std::optional<Array> &v_scale,
+                           int n_head_kv, int head_dim, int group, int64_t n_phys_pages,
+                           const std::optional<Array> &scratch, const std::optional<Array> &bad, int n_threads,
+                           uintptr_t stream) {
+    strata_attn_args a = base_args(fmt, q, ids, width_stride, page_table, n_head_kv, head_dim, group, n_phys_pages);
     a.q = static_cast<const float *>(q.data());
     a.out = static_cast<float *>(out.data());
     a.ids = static_cast<const int32_t *>(ids.data());
@@ -187,22 +194,10 @@ NB_MODULE(_loader, m) {
         .def(
             "which",
             [](const Plugin &p, int op, std::optional<std::string> variant, int fmt, Array q, Array ids,
-               Array width, int64_t width_stride, Array page_table, int n_head_kv, int head_dim, int group,
+               Array /* width: only its shape matters, already checked */, int64_t width_stride, Array page_table, int n_head_kv, int head_dim, int group,
                int64_t n_phys_pages) {
-                strata_attn_args a;
-                std::memset(&a, 0, sizeof(a));
-                a.struct_size = sizeof(a);
-                a.device.kind = device_kind(q);
-                a.device.index = q.device_id();
-                a.format = fmt;
-                a.head_dim = head_dim;
-                a.group = group;
-                a.n_head_kv = n_head_kv;
-                a.n_q = q.ndim() ? int64_t(q.shape(0)) : 0;
-                a.cap = ids.ndim() == 2 ? int64_t(ids.shape(1)) : 0;
-                a.n_pages = page_table.ndim() ? int64_t(page_table.shape(0)) : 0;
-                a.n_phys_pages = n_phys_pages;
-                a.width_stride = width_stride;
+                const strata_attn_args a =
+                    base_args(fmt, q, ids, width_stride, page_table, n_head_kv, head_dim, group, n_phys_pages);
                 char name[64] = {0}, why[1024] = {0};
                 const int st = p.api->which(&a, op, variant ? variant->c_str() : nullptr, name, sizeof(name), why,
                                             sizeof(why));
