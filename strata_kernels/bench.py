@@ -41,6 +41,7 @@ class BenchRow:
     max_err: float | None       # max |out - fp64| on the sample (None: a different function or not run)
     rel_err: float | None       # max_err / max |fp64|
     note: str = ""
+    peak_mb: float | None = None  # device memory the call allocates beyond its inputs and output (GPU only)
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -207,6 +208,22 @@ def _time_calls(fn: Callable[[], Any], reps: int, device: tuple[str, int]) -> fl
     return statistics.median(times)
 
 
+def _peak_mb(fn: Callable[[], Any], device: tuple[str, int]) -> float | None:
+    """Run fn once; on a GPU return the memory it allocated beyond what was live before (scratch, buffers)."""
+    if device[0] not in ("cuda", "hip"):
+        fn()
+        return None
+    import torch
+    torch.cuda.synchronize(device[1])
+    base = torch.cuda.memory_allocated(device[1])
+    torch.cuda.reset_peak_memory_stats(device[1])
+    out = fn()
+    torch.cuda.synchronize(device[1])
+    peak = torch.cuda.max_memory_allocated(device[1]) - base
+    del out
+    return peak / 2**20
+
+
 def _default_api():
     from . import ops
     return ops
@@ -215,8 +232,10 @@ def _default_api():
 def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: int = CPU_REPS,
                device: tuple[str, int] = ("cpu", 0), methods: Sequence[str] | None = None,
                variant: str | None = None, op: str = "prompt", head_dim: int = 256, group: int = 12,
-               n_head_kv: int = 2, api: Any = None, emit: Callable[[str], None] | None = None) -> list[BenchRow]:
-    """One row per (shape, method); the plugin row first so the others can be put in ratio to it."""
+               n_head_kv: int = 2, api: Any = None, emit: Callable[[str], None] | None = None,
+               variants: Sequence[str | None] | None = None) -> list[BenchRow]:
+    """One row per (shape, method); plugin rows first (one per variant of ``variants``, default the dispatcher's
+    choice or ``variant``) so the others can be put in ratio to the first of them."""
     from . import reference as R
     from .testing import make_case
 
@@ -224,6 +243,10 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
     methods = list(methods or (CPU_METHODS if device[0] == "cpu" else GPU_METHODS))
     if op not in ("prompt", "decode"):
         raise ValueError(f"op: expected 'prompt' or 'decode', got {op!r}")
+    variants = list(variants) if variants else [variant]
+    expanded: list[tuple[str, str | None]] = []
+    for m in methods:
+        expanded += [(m, v) for v in variants] if m == "plugin" else [(m, None)]
     rows: list[BenchRow] = []
     for ctx, n_q in shapes:
         case = make_case(fmt, ctx, n_q, n_head_kv=n_head_kv, group=group, head_dim=head_dim)
@@ -232,10 +255,10 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
         ref = R.qsa_attn_fp64(case.q, case.kv, case.ids, case.width, sample)
         ref_scale = float(np.abs(ref).max()) if ref.size else 0.0
         plugin_ms = None
-        for m in methods:
+        for m, v in expanded:
             label, note = m, ""
             try:
-                fn, label = _method(m, case, device, variant, op, api)
+                fn, label = _method(m, case, device, v, op, api)
             except ImportError as exc:
                 rows.append(BenchRow(shape, fmt, m, None, None, None, None, f"not run: {exc}"))
                 continue
@@ -245,7 +268,8 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
                     emit(_progress(rows[-1]))
                 continue
             try:
-                out = fn()                                    # warm-up; its output is the one checked
+                peak = _peak_mb(fn, device)                   # warm-up; its output is the one checked
+                out = fn()
                 err = None
                 if m != "dense-bf16-sdpa":
                     err = float(np.abs(_host_rows(out, sample) - ref).max()) if sample.size else 0.0
@@ -257,11 +281,11 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
                 if emit:
                     emit(_progress(rows[-1]))
                 continue
-            if m == "plugin":
+            if m == "plugin" and plugin_ms is None:
                 plugin_ms = ms
             ratio = ms / plugin_ms if plugin_ms else None
             rows.append(BenchRow(shape, fmt, label, ms, ratio, err,
-                                 err / ref_scale if err is not None and ref_scale > 0 else None, note))
+                                 err / ref_scale if err is not None and ref_scale > 0 else None, note, peak))
             if emit:
                 emit(_progress(rows[-1]))
             del out
@@ -278,7 +302,8 @@ def _method(m: str, case: Any, device: tuple[str, int], variant: str | None, op:
         out = _nan_filled(q, tuple(case.q.shape))
         label = "plugin"
         try:
-            label = f"plugin ({api.which(q, kv, ids, width, path=op, variant=variant).variant})"
+            chosen = api.which(q, kv, ids, width, path=op, variant=variant).variant
+            label = f"plugin ({chosen})" if variant else f"plugin auto ({chosen})"
         except Exception:  # noqa: BLE001 - the label is cosmetic
             if variant:
                 label = f"plugin ({variant})"
@@ -314,10 +339,12 @@ def _progress(r: BenchRow) -> str:
 
 def format_rows(rows: Sequence[BenchRow]) -> str:
     """The table: shape, format, method, ms per call, baseline/plugin, max error vs FP64 (absolute, of scale)."""
-    head = ("shape", "format", "method", "ms/call", "baseline/plugin", "max err vs fp64", "of scale", "note")
+    head = ("shape", "format", "method", "ms/call", "baseline/plugin", "max err vs fp64", "of scale", "peak MB",
+            "note")
     cells = [(r.shape, r.fmt, r.method, "-" if r.ms is None else f"{r.ms:.3f}",
               "-" if r.ratio is None else f"{r.ratio:.2f}", "-" if r.max_err is None else f"{r.max_err:.3g}",
-              "-" if r.rel_err is None else f"{r.rel_err:.3g}", r.note) for r in rows]
+              "-" if r.rel_err is None else f"{r.rel_err:.3g}", "-" if r.peak_mb is None else f"{r.peak_mb:.1f}",
+              r.note) for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(head)]
     fmt = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(c) for c in cells])
@@ -331,7 +358,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, help=f"timed calls per method; the median is kept (default "
                         f"{CPU_REPS} on the CPU, {GPU_REPS} on a GPU)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda[:N] or hip[:N]")
-    parser.add_argument("--variant", help="force a plugin variant (default: the dispatcher's choice)")
+    parser.add_argument("--variant", help="plugin variant(s) to time, comma-separated, or 'all' (every variant "
+                        "the plugin holds that takes the format); default: the dispatcher's choice")
     parser.add_argument("--methods", help=f"comma-separated subset of {', '.join(METHODS)}")
     parser.add_argument("--op", default="prompt", choices=("prompt", "decode"), help="plugin operation to time")
     parser.add_argument("--head-dim", type=int, default=256)
@@ -359,7 +387,8 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
         return 2
     rows: list[BenchRow] = []
     for fmt in fmts:
-        rows += bench_rows(shapes, fmt=fmt, reps=reps, device=device, methods=methods, variant=args.variant,
+        variants = _variant_list(args.variant, fmt, device, args.op, api)
+        rows += bench_rows(shapes, fmt=fmt, reps=reps, device=device, methods=methods, variants=variants,
                            op=args.op, head_dim=args.head_dim, group=args.group, n_head_kv=args.n_head_kv,
                            api=api, emit=lambda s: print(s, flush=True))
     print()
@@ -369,6 +398,20 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
             json.dump({"device": list(device), "reps": reps, "rows": [asdict(r) for r in rows]}, f, indent=1)
     plugin_failed = any(r.method.startswith("plugin") and r.ms is None for r in rows)
     return 1 if plugin_failed else 0
+
+
+def _variant_list(spec: str | None, fmt: str, device: tuple[str, int], op: str, api: Any) -> list[str | None]:
+    """--variant: None (dispatch), 'a,b', or 'all' = the dispatcher's choice then every compiled variant taking fmt."""
+    if not spec:
+        return [None]
+    if spec != "all":
+        return [v.strip() for v in spec.split(",") if v.strip()]
+    from .targets import VARIANT_RULES
+    from .testing import FORMAT_CODES
+    code = FORMAT_CODES[fmt]
+    held = (api or _default_api()).plugin_variants(device)
+    return [None] + [v for v in held if v in VARIANT_RULES and code in VARIANT_RULES[v]["formats"]
+                     and op in VARIANT_RULES[v]["ops"]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
