@@ -1,0 +1,41 @@
+"""Every variant of the GPU plugin, forced, on a reduced case of each format it takes (holes, width 0, and ids past
+the width holding garbage): the workload for compute-sanitizer memcheck / racecheck in ci/gpu_h200.sh."""
+import sys
+
+import numpy as np
+import torch
+
+import strata_kernels as sk
+from strata_kernels.targets import VARIANT_RULES
+
+FORMATS = {0: "fp16", 1: "int8", 2: "q4_0", 3: "k8v4"}
+
+
+def main() -> int:
+    variants = sk.ops.plugin_variants(("cuda", 0))
+    ran = 0
+    for v in variants:
+        rule = VARIANT_RULES[v]
+        for code in rule["formats"]:
+            case = sk.testing.make_case(FORMATS[code], 300, 6, holes=True, width0=True)
+            for i, w in enumerate(case.width):
+                case.ids[i, w:] = np.int32(2**31 - 1)  # never read
+            t = lambda a: None if a is None else torch.from_numpy(a).cuda()  # noqa: E731
+            kv = case.kv
+            tkv = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
+                   "fp16": lambda: sk.KVCache.fp16(t(kv.k), t(kv.v), t(kv.page_table)),
+                   "q4_0": lambda: sk.KVCache.q4_0(t(kv.k), t(kv.v), t(kv.page_table)),
+                   "k8v4": lambda: sk.KVCache.k8v4(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.page_table))}[kv.format]()
+            for op in rule["ops"]:
+                call = sk.qsa_prompt_attn if op == "prompt" else sk.qsa_decode_attn
+                out = call(t(case.q), tkv, t(case.ids), t(case.width), variant=v)
+                torch.cuda.synchronize()
+                assert torch.isfinite(out).all(), (v, kv.format, op)
+                ran += 1
+                print(f"ran {v} {kv.format} {op}", flush=True)
+    print(f"sanitizer workload: {ran} calls over {len(variants)} variants")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
