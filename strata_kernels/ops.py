@@ -349,17 +349,18 @@ def _call(op: int, q, kv, ids, width, variant, out, stream):
     from . import _loader
     bad = _framework_alloc(q, (2,), "int64", _INT64_MAX)
     scratch = None
-    if c.device[0] != "cpu":
-        # Chunk + merge scratch from the caller's framework (torch: its caching allocator). The prompt fallback
-        # runs 32 queries at a time as the engine does; decode takes as many as fit a 256 MB budget.
+    if c.device[0] != "cpu" and _needs_scratch(plugin, op, variant, c):
+        # Chunk + merge (and split decode) scratch from the caller's framework (torch: its caching allocator). The
+        # prompt fallback runs 32 queries at a time as the engine does; decode takes as many as fit a 256 MB budget.
         per = decode_scratch_floats(c.cap, c.n_head, kv.head_dim)
         n = 32 if op == _OP_PROMPT else max(32, _SCRATCH_BUDGET_FLOATS // per)
         scratch = _framework_alloc(q, (min(c.n_q, n, _MAX_QUERIES_PER_LAUNCH) * per,), "float32")
     st, msg = plugin.call(op, variant, kv.format_code, c.q, out, c.ids, c.width, c.width_stride,
                           kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale, kv.n_head_kv, kv.head_dim, c.group,
                           kv.n_phys_pages, scratch, bad, 0, _stream_handle(q, stream))
-    if st == _loader.REFUSED and variant is None and op == _OP_PROMPT:
-        # A refused prompt kernel (e.g. shared-memory opt-in) falls back to the decode algorithm (§5.4 rule 11).
+    if st == _loader.REFUSED and variant is None:
+        # A refused kernel (shared-memory opt-in, split decode without room in the scratch) falls back to the chunk +
+        # merge algorithm, as the engine does (QSA_SPEC §5.4 rule 11, §4.9).
         return _call(_OP_DECODE, q, kv, ids, width, "fp32", out, stream)
     if st in (_loader.REFUSED, _loader.UNSUPPORTED):
         raise Unsupported(msg)
@@ -378,6 +379,16 @@ def _manifest(plugin) -> dict:
     if m is None:
         m = _MANIFESTS[id(plugin)] = _json.loads(plugin.manifest)
     return m
+
+
+def _needs_scratch(plugin, op: int, variant: str | None, c: _Call) -> bool:
+    """Only the chunk + merge family and the split decode use scratch; the prompt kernels need none."""
+    if op == _OP_DECODE:
+        return True
+    if variant is None:
+        st, variant, _ = plugin.which(op, None, c.kv.format_code, c.q, c.ids, c.width, c.width_stride,
+                                      c.kv.page_table, c.kv.n_head_kv, c.kv.head_dim, c.group, c.kv.n_phys_pages)
+    return variant.startswith("fp32") or variant == "split"
 
 
 def _check_geometry(plugin, c: _Call) -> None:
