@@ -23,25 +23,25 @@ fi
 status=0
 python3 -m pytest tests/gpu -q -rs 2>&1 | tee "$OUT/gpu_tests.txt"; status=$(( status | ${PIPESTATUS[0]} ))
 
+if python3 -c "import strata_kernels.parity" 2>/dev/null; then
+  args=(--device cuda --json "$OUT/parity.json" --reps 3)
+  [ "$MODE" = quick ] && args+=(--quick)
+  timeout ${PARITY_TIMEOUT:-330} python3 -m strata_kernels parity "${args[@]}" 2>&1 | tee "$OUT/parity.txt"; status=$(( status | ${PIPESTATUS[0]} ))
+fi
+if python3 -c "import strata_kernels.bench" 2>/dev/null; then
+  args=(--device cuda --variant all --json "$OUT/bench.json")
+  [ "$MODE" = quick ] && args+=(--shapes 2100x256 --reps 3)
+  timeout ${BENCH_TIMEOUT:-150} python3 -m strata_kernels bench "${args[@]}" 2>&1 | tee "$OUT/bench.txt"; status=$(( status | ${PIPESTATUS[0]} ))
+fi
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 ci/sanitize_case.py > "$OUT/sanitizer_$tool.txt" 2>&1
+    timeout ${SANITIZER_TIMEOUT:-90} compute-sanitizer --tool $tool --error-exitcode 9 python3 ci/sanitize_case.py > "$OUT/sanitizer_$tool.txt" 2>&1
     rc=$?; status=$(( status | rc ))
     echo "compute-sanitizer $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitizer workload' "$OUT/sanitizer_$tool.txt" | tr '\n' ' ')" >> "$OUT/sanitizer.txt"
   done
   cat "$OUT/sanitizer.txt"
 fi
 
-if python3 -c "import strata_kernels.parity" 2>/dev/null; then
-  args=(--device cuda --json "$OUT/parity.json")
-  [ "$MODE" = quick ] && args+=(--quick)
-  python3 -m strata_kernels parity "${args[@]}" 2>&1 | tee "$OUT/parity.txt"; status=$(( status | ${PIPESTATUS[0]} ))
-fi
-if python3 -c "import strata_kernels.bench" 2>/dev/null; then
-  args=(--device cuda --variant all --json "$OUT/bench.json")
-  [ "$MODE" = quick ] && args+=(--shapes 2100x256 --reps 3)
-  python3 -m strata_kernels bench "${args[@]}" 2>&1 | tee "$OUT/bench.txt"; status=$(( status | ${PIPESTATUS[0]} ))
-fi
 echo "== summary (exit $status) =="
 tail -n 3 "$OUT/gpu_tests.txt"
 [ -f "$OUT/parity.txt" ] && tail -n 20 "$OUT/parity.txt"

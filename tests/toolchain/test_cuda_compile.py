@@ -71,8 +71,10 @@ def test_cuda_target_compiles_to_sass(compiled, name):
         # ptxas ran for the real arch: SASS, not just PTX.
         entries = re.findall(rf"Compiling entry function '([^']+)' for 'sm_{arch}'", p.stderr)
         assert entries, f"{name}/{fname}: ptxas produced no sm_{arch} code:\n{p.stderr[-2000:]}"
-        spills = re.findall(r"(\d+) bytes spill stores", p.stderr)
-        assert all(s == "0" for s in spills), f"{name}/{fname}: register spills {spills}"
+        # v1 trades a few spilled bytes for 4 blocks per SM (measured faster on the H200); imma spills a couple of
+        # loop-invariant addresses. More than that is a regression worth a look.
+        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", p.stderr)]
+        assert max(spills, default=0) <= 64, f"{name}/{fname}: register spills of {max(spills)} bytes"
 
 
 def test_sm70_needs_a_cuda12_toolkit():
