@@ -29,6 +29,7 @@ Log = Callable[[str], None]
 @dataclass
 class BuildResult:
     built: dict[str, Path] = field(default_factory=dict)        # target -> installed plugin
+    isa_only: dict[str, Path] = field(default_factory=dict)     # target -> directory of device assembly (HIP)
     skipped: dict[str, str] = field(default_factory=dict)       # target -> reason
     loader: Path | None = None
     up_to_date: bool = False
@@ -172,11 +173,15 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
 
     loader = loader_config() if with_loader else None
     gen_dir, cmake_dir = build_dir / "gen", build_dir / "cmake"
-    key = _key(chosen, tcs, loader, codegen.templates_dir())
     key_file = build_dir / "key.json"
-    outputs = {s.target.name: cmake_dir / "plugins" / f"libstrata_{s.target.name}.so" for s in chosen}
+    hip = {s.target.name: codegen.hip_cmake_info(s.target) for s in chosen if s.target.backend.name == "hip"}
+    isa_targets = {n for n, h in hip.items() if h["mode"] == "isa"}
+    outputs = {s.target.name: cmake_dir / "plugins" / f"libstrata_{s.target.name}.so" for s in chosen
+               if s.target.name not in isa_targets}
+    key = _key(chosen, tcs, {"loader": loader, "hip": hip}, codegen.templates_dir())
 
     stale = not (key_file.is_file() and key_file.read_text() == key and all(p.is_file() for p in outputs.values())
+                 and all(list((cmake_dir / "isa" / n).glob("*.s")) for n in isa_targets)
                  and (not loader or list((cmake_dir / "loader").glob("_loader*.so"))))
     names = ", ".join(s.name for s in chosen) + (" + loader" if loader else "")
     if not stale:
@@ -187,7 +192,7 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         rendered = [codegen.render_target(s, gen_dir, toolchain=tcs[s.target.name].as_dict())
                     for s in chosen]
         codegen.copy_abi_header(gen_dir)
-        codegen.render_cmake(rendered, gen_dir, loader=loader)
+        codegen.render_cmake(rendered, gen_dir, loader=loader, hip=hip)
         cmake = _tool("cmake", "cmake", (3, 26))
         ninja = _tool("ninja", "ninja")
         env = dict(os.environ)
@@ -217,6 +222,13 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         _run_streamed([ninja, "-C", str(cmake_dir), f"-j{jobs}"], build_dir, log, env, progress=True)
         log(f"strata-kernels: compiled in {time.monotonic() - tb:.1f} s")
         key_file.write_text(key)
+    for name in sorted(isa_targets):
+        isa_dir = cmake_dir / "isa" / name
+        files = sorted(isa_dir.glob("*.s"))
+        if not files:
+            raise BuildError(f"the build finished but no ISA was written for {name} in {isa_dir}")
+        result.isa_only[name] = isa_dir
+        log(f"strata-kernels: {name}: ISA only, no plugin: {hip[name]['why']} ({len(files)} file(s) in {isa_dir})")
     for name, src in outputs.items():
         if not src.is_file():
             raise BuildError(f"the build finished but {src} is missing")

@@ -56,7 +56,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from . import build
     res = build.build(args.targets, build_dir=Path(args.build_dir) if args.build_dir else None,
                       install_dir=Path(args.out) if args.out else None, jobs=args.jobs)
-    print(f"built {len(res.built)} plugin(s), skipped {len(res.skipped)} in {res.seconds:.1f} s"
+    isa = f", {len(res.isa_only)} to ISA only" if res.isa_only else ""
+    print(f"built {len(res.built)} plugin(s){isa}, skipped {len(res.skipped)} in {res.seconds:.1f} s"
           + (" (up to date)" if res.up_to_date else ""))
     if args.out and res.built:
         print(f"add {args.out} to STRATA_KERNELS_PLUGIN_PATH to use these plugins")

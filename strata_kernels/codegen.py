@@ -178,7 +178,7 @@ def copy_abi_header(gen_dir: Path) -> Path:
 
 
 def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict | None = None,
-                 root: Path | None = None) -> Path:
+                 root: Path | None = None, hip: dict | None = None) -> Path:
     """The one CMake project that builds every selected target (and, for pip, the nanobind loader)."""
     env = environment(root)
     targets = []
@@ -187,7 +187,7 @@ def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict 
         targets.append({
             "name": t.name, "backend": t.backend.name, "arch": t.arch, "ptx": r.ptx,
             "sources": [p.relative_to(gen_dir).as_posix() for p in r.sources],
-            "flags": r.flags, "cflags": list(t.cflags),
+            "flags": r.flags, "cflags": list(t.cflags), "hip": (hip or {}).get(t.name),
         })
     ctx = {
         "template_name": "cmake/CMakeLists.txt.j2", "target": "all", "cmt": "#",
@@ -209,8 +209,21 @@ def generate(selections: list[Selection], out: Path, *, toolchains: dict | None 
     for sel in selections:
         tc = (toolchains or {}).get(sel.target.name)
         rendered.append(render_target(sel, out, toolchain=tc, flags=(flags or {}).get(sel.target.name)))
-    render_cmake(rendered, out)
+    hip = {r.name: hip_cmake_info(r.target) for r in rendered if r.target.backend.name == "hip"}
+    render_cmake(rendered, out, hip=hip)
     return rendered
+
+
+def hip_cmake_info(target: Target) -> dict:
+    """How the CMake project compiles a HIP target: the clang, its flags, and whether a plugin or only ISA results.
+    Without a HIP toolchain (``generate`` needs none) the project names a plain clang++ and builds ISA only."""
+    from . import toolchains
+    tc = toolchains.hip_clang()
+    if not tc.available:
+        return {"mode": "isa", "clang": "clang++", "flags": [], "runtime": "", "why": tc.reason}
+    mode, why = toolchains.hip_build_mode(tc, target.arch)
+    return {"mode": mode, "clang": tc.path, "flags": toolchains.hip_flags(tc, target.arch, mode),
+            "runtime": tc.extra.get("libamdhip64") or "", "why": why}
 
 
 def clean(out: Path) -> None:

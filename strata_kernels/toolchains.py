@@ -13,7 +13,7 @@ from .targets import Target
 
 # Backends the generated CMake project can build into plugins today. The others are rendered and
 # compile-checked by their own tests until their build lands.
-BUILDABLE_BACKENDS = ("cpu", "cuda")
+BUILDABLE_BACKENDS = ("cpu", "cuda", "hip")
 
 
 @dataclass(frozen=True)
@@ -73,21 +73,83 @@ def nvcc() -> Toolchain:
     return Toolchain("nvcc", None, None, "no nvcc found (set CUDA_HOME or put nvcc on PATH)")
 
 
+def _clang_version(text: str) -> tuple[int, int]:
+    m = re.search(r"clang version (\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
 @lru_cache(maxsize=None)
 def hip_clang() -> Toolchain:
-    rocm = os.environ.get("ROCM_PATH")
-    cands = [Path(rocm) / "llvm" / "bin" / "clang++"] if rocm else []
-    for n in ("clang++-19", "clang-19", "clang++"):
-        w = shutil.which(n)
-        if w:
-            cands.append(Path(w))
-    for c in cands:
-        if c.is_file():
-            out = _run_version([str(c), "--version"])
-            m = re.search(r"clang version (\d+\.\d+)", out)
-            return Toolchain("hip-clang", str(c), m.group(1) if m else None, extra={"rocm": rocm})
-    return Toolchain("hip-clang", None, None, "no HIP-capable clang found (install clang-19 + libamdhip64-dev, "
-                     "or ROCm and set ROCM_PATH)")
+    """A clang >= 18 with the AMDGPU backend, the HIP headers, and (if any) the ROCm device libraries.
+
+    extra: hip_root (has include/hip/hip_runtime.h), hip_version, device_libs (directory of ocml.bc, ockl.bc and
+    oclc_isa_version_<N>.bc, or None), libamdhip64 (the runtime to link a plugin against, or None).
+    """
+    rocm = [Path(p) for p in (os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm") if p]
+    names = [os.environ.get("HIP_CLANG")] + [str(r / "llvm" / "bin" / "clang++") for r in rocm] + [
+        "clang++-19", "clang++-20", "clang++-18", "clang++"]
+    clang, version, seen = None, (0, 0), []
+    for n in filter(None, names):
+        path = shutil.which(n) or (n if Path(n).is_file() else None)
+        if not path:
+            continue
+        version = _clang_version(_run_version([path, "--version"]))
+        seen.append(f"{path} ({version[0]}.{version[1]})")
+        if version >= (18, 0) and "amdgcn" in _run_version([path, "-print-targets"]):
+            clang = path
+            break
+    if clang is None:
+        found = f"; found {', '.join(seen)}" if seen else ""
+        return Toolchain("hip-clang", None, None, "no clang >= 18 with the AMDGPU backend" + found +
+                         " (apt-get install clang-19 lld-19 libamdhip64-dev, or ROCm with ROCM_PATH)")
+    roots = rocm + [Path("/usr")]
+    hip_root = next((r for r in roots if (r / "include" / "hip" / "hip_runtime.h").is_file()), None)
+    if hip_root is None:
+        return Toolchain("hip-clang", clang, f"{version[0]}.{version[1]}",
+                         f"no HIP headers (hip/hip_runtime.h) under {', '.join(map(str, roots))} "
+                         "(apt-get install libamdhip64-dev, or set ROCM_PATH)")
+    hv = hip_root / "include" / "hip" / "hip_version.h"
+    hv_text = hv.read_text(errors="replace") if hv.is_file() else ""
+    hip_version = ".".join(re.findall(r"#define HIP_VERSION_(?:MAJOR|MINOR) (\d+)", hv_text)) or "unknown"
+    resource = _run_version([clang, "-print-resource-dir"]).strip()
+    lib_dirs = [Path(os.environ["HIP_DEVICE_LIB_PATH"])] if os.environ.get("HIP_DEVICE_LIB_PATH") else []
+    lib_dirs += [r / "amdgcn" / "bitcode" for r in roots]
+    lib_dirs += sorted((hip_root / "lib").glob("*/amdgcn/bitcode"))  # Debian: /usr/lib/<multiarch>/amdgcn/bitcode
+    if resource:
+        lib_dirs.append(Path(resource) / "lib" / "amdgcn" / "bitcode")  # ROCm 6.2+: beside clang
+    device_libs = next((d for d in lib_dirs if (d / "ocml.bc").is_file() and (d / "ockl.bc").is_file()), None)
+    runtime = next((p for d in [hip_root / "lib", *sorted((hip_root / "lib").glob("*-linux-gnu"))]
+                    for p in [d / "libamdhip64.so"] if p.is_file()), None)
+    return Toolchain("hip-clang", clang, f"{version[0]}.{version[1]}", extra={
+        "hip_root": str(hip_root), "hip_version": hip_version,
+        "device_libs": str(device_libs) if device_libs else None,
+        "libamdhip64": str(runtime) if runtime else None})
+
+
+def hip_has_device_libs(tc: Toolchain, gfx: str) -> bool:
+    """The ROCm device libraries cover ``gfx`` (clang refuses to link them otherwise)."""
+    d = tc.extra.get("device_libs")
+    return bool(d) and (Path(d) / f"oclc_isa_version_{gfx[3:]}.bc").is_file()
+
+
+def hip_build_mode(tc: Toolchain, gfx: str) -> tuple[str, str]:
+    """('plugin', '') when a loadable plugin can be built for gfx, else ('isa', why): device code to ISA only."""
+    if not hip_has_device_libs(tc, gfx):
+        where = tc.extra.get("device_libs") or "no device-library directory"
+        return "isa", (f"no ROCm device libraries for {gfx} ({where}); its device code is compiled to ISA only "
+                       f"(ROCm >= 6 provides them)")
+    if not tc.extra.get("libamdhip64"):
+        return "isa", "no libamdhip64.so to link a plugin against; device code compiled to ISA only"
+    return "plugin", ""
+
+
+def hip_flags(tc: Toolchain, gfx: str, mode: str) -> list[str]:
+    """clang flags for one HIP source: an object with the code object embedded (plugin), or device ISA (isa)."""
+    common = ["-x", "hip", f"--offload-arch={gfx}", "-std=c++17", "-fno-gpu-rdc", f"--hip-path={tc.extra['hip_root']}",
+              "-O3", "-ffp-contract=off", "-fvisibility=hidden"]
+    if mode == "plugin":
+        return common + [f"--rocm-device-lib-path={tc.extra['device_libs']}", "-fPIC", "-c"]
+    return common + ["-nogpulib", "--offload-device-only", "-S"]
 
 
 @lru_cache(maxsize=None)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,8 +42,7 @@ CASES = [(t.name, s) for t in HIP_TARGETS for s in rendered_source_names(t)]
 CASE_IDS = [f"{t}-{s}" for t, s in CASES]
 
 
-# ------------------------------------------------------------------------------- toolchain discovery (helper)
-# Proposed for strata_kernels.toolchains (see the report); kept here until the HIP build lands.
+# ------------------------------------------------------------------------------- toolchain (from toolchains.py)
 
 @dataclass(frozen=True)
 class HipToolchain:
@@ -70,53 +68,15 @@ class HipToolchain:
         return self.common_flags(gfx) + ["-nogpulib", "--offload-host-only", "-c", "-O2", "-fPIC"]
 
 
-def _version(text: str) -> tuple[int, int]:
-    m = re.search(r"clang version (\d+)\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
-def _run_text(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def find_hip_toolchain() -> tuple[HipToolchain | None, str]:
-    """A HIP-capable clang, the HIP headers and (if any) the ROCm device libraries; else None and why."""
-    rocm = [Path(p) for p in (os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm") if p]
-    names = [os.environ.get("HIP_CLANG")] + [str(r / "llvm" / "bin" / "clang++") for r in rocm] + [
-        "clang++-19", "clang++-20", "clang++-18", "clang++"]
-    clang, version, seen = None, (0, 0), []
-    for n in filter(None, names):
-        path = shutil.which(n) or (n if Path(n).is_file() else None)
-        if not path:
-            continue
-        version = _version(_run_text([path, "--version"]))
-        seen.append(f"{path} ({version[0]}.{version[1]})")
-        if version >= (18, 0) and "amdgcn" in _run_text([path, "-print-targets"]):
-            clang = path
-            break
-    if clang is None:
-        found = f"; found {', '.join(seen)}" if seen else ""
-        return None, ("no clang >= 18 with the AMDGPU backend" + found +
-                      " (apt-get install clang-19 lld-19, or set HIP_CLANG / ROCM_PATH)")
-    roots = rocm + [Path("/usr")]
-    hip_root = next((r for r in roots if (r / "include" / "hip" / "hip_runtime.h").is_file()), None)
-    if hip_root is None:
-        return None, (f"no HIP headers (hip/hip_runtime.h) under {', '.join(map(str, roots))} "
-                      "(apt-get install libamdhip64-dev, or set ROCM_PATH)")
-    hv = (hip_root / "include" / "hip" / "hip_version.h")
-    hv_text = hv.read_text(errors="replace") if hv.is_file() else ""
-    hip_version = ".".join(re.findall(r"#define HIP_VERSION_(?:MAJOR|MINOR) (\d+)", hv_text)) or "unknown"
-    resource = _run_text([clang, "-print-resource-dir"]).strip()
-    lib_dirs = [Path(os.environ["HIP_DEVICE_LIB_PATH"])] if os.environ.get("HIP_DEVICE_LIB_PATH") else []
-    lib_dirs += [r / "amdgcn" / "bitcode" for r in roots]
-    lib_dirs += sorted((hip_root / "lib").glob("*/amdgcn/bitcode"))  # Debian: /usr/lib/<multiarch>/amdgcn/bitcode
-    if resource:
-        lib_dirs.append(Path(resource) / "lib" / "amdgcn" / "bitcode")  # ROCm 6.2+: beside clang
-    device_libs = next((d for d in lib_dirs if (d / "ocml.bc").is_file() and (d / "ockl.bc").is_file()), None)
-    return HipToolchain(clang, f"{version[0]}.{version[1]}", hip_root, hip_version, device_libs), ""
+    """strata_kernels.toolchains.hip_clang(), as this test's record; else None and why."""
+    from strata_kernels import toolchains
+    tc = toolchains.hip_clang()
+    if not tc.available:
+        return None, tc.reason
+    libs = tc.extra.get("device_libs")
+    return HipToolchain(tc.path, tc.version, Path(tc.extra["hip_root"]), tc.extra["hip_version"],
+                        Path(libs) if libs else None), ""
 
 
 # Stand-ins for the device-library functions that HIP's own headers (threadIdx, blockIdx, __syncthreads) call,
