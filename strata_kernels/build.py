@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,7 +241,3 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         log(f"strata-kernels: installed {result.loader}")
     result.seconds = time.monotonic() - t0
     return result
-
-
-def ext_suffix() -> str:
-    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"

@@ -9,7 +9,6 @@ import hashlib
 import json
 import math
 import platform
-import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,8 +223,3 @@ def hip_cmake_info(target: Target) -> dict:
     mode, why = toolchains.hip_build_mode(tc, target.arch)
     return {"mode": mode, "clang": tc.path, "flags": toolchains.hip_flags(tc, target.arch, mode),
             "runtime": tc.extra.get("libamdhip64") or "", "why": why}
-
-
-def clean(out: Path) -> None:
-    if out.exists():
-        shutil.rmtree(out)

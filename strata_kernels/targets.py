@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -84,10 +84,6 @@ class Target:
     def all_variants(self) -> tuple[str, ...]:
         """Dispatched variants first, then the test-only ones (QSA_SPEC §5.5)."""
         return self.variants + tuple(v for v in self.test_variants if v not in self.variants)
-
-    def with_ptx(self, ptx: bool) -> "Target":
-        from dataclasses import replace
-        return replace(self, ptx=ptx)
 
     def context(self) -> dict:
         """The template context: the target's table (ARCHITECTURE §4)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-from pathlib import Path
 
 
 def find_libnvrtc(major: str = "12") -> str | None:

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 

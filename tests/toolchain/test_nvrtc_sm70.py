@@ -1,6 +1,5 @@
 """sm_70 (Volta) device code to a real cubin with NVRTC 12.9 from PyPI: CUDA 13's nvcc cannot target Volta, so
 this is how CI proves the sm_70 target's kernels compile to machine code (QSA_SPEC §5.1; issue: CUDA backend)."""
-import glob
 import os
 import re
 import sys
