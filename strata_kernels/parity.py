@@ -20,6 +20,8 @@ import numpy as np
 
 from . import _arrays as A
 from .ops import FORMATS
+from .targets import KNOWN_VARIANTS as _TABLE_VARIANTS
+from .targets import VARIANT_RULES
 
 # ---------------------------------------------------------------------------------------------------------------
 # Variant facts (§5.5)
@@ -27,12 +29,11 @@ from .ops import FORMATS
 DECODE_FAMILY = ("fp32", "fp32_pre75", "fp32_lanecell")          # the "old" algorithm and its bit-identical forms
 PROMPT_KERNELS = ("v1", "v2", "imma", "v2t", "v70", "wmma", "wmma_fast", "rdna2")
 DECODE_KERNELS = ("split",)                                        # decode operation only (case 12)
-KNOWN_VARIANTS = DECODE_FAMILY + PROMPT_KERNELS + DECODE_KERNELS + ("fp64",)
-_INT8_ONLY = ("int8",)
+KNOWN_VARIANTS = _TABLE_VARIANTS + ("fp64",)
+# The formats each variant takes come from targets.VARIANT_RULES (also rendered into the plugins' dispatch).
 VARIANT_FORMATS: dict[str, tuple[str, ...]] = {
-    **{v: FORMATS for v in DECODE_FAMILY + ("v1", "fp64")},
-    "v70": ("fp16", "int8", "k8v4"),
-    **{v: _INT8_ONLY for v in ("v2", "v2t", "imma", "wmma", "wmma_fast", "rdna2", "split")},
+    **{v: tuple(FORMATS[c] for c in r["formats"]) for v, r in VARIANT_RULES.items()},
+    "fp64": FORMATS,
 }
 ROUNDS_V = ("v1", "v70")          # gather K8V4 V as fp16_rn((n - 8) d) (§2.7): budgeted in cases 7-8 (§6.5 item 4)
 REPORT_ONLY = ("wmma_fast",)      # §6.5 item 8: reported, not held to checks 1-2
