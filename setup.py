@@ -12,8 +12,16 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel
+
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))  # import the package being built (its build driver) from the source tree
+
+# Reproducible by default (ARCHITECTURE §9): every zip entry gets this time unless the caller sets its own.
+os.environ.setdefault("SOURCE_DATE_EPOCH", "315532800")
 
 
 def _copy_tree(src: Path, dest: Path) -> None:
@@ -46,14 +54,33 @@ class CMakeBuild(build_ext):
         log = lambda msg: print(msg, flush=True)  # noqa: E731 - pip shows these with -v
         result = sk_build.build(os.environ.get("STRATA_TARGETS") or "native", build_dir=build_dir,
                                 install_dir=pkg / "plugins", with_loader=True, loader_dir=pkg, jobs=jobs, log=log)
+        if not self.inplace:  # build/lib persists between pip runs: drop plugins this build did not make
+            for stale in sorted((pkg / "plugins").glob("libstrata_*.so")):
+                if stale.resolve() not in {p.resolve() for p in result.built.values()}:
+                    print(f"strata-kernels: removing {stale.name} of an earlier build from {stale.parent}", flush=True)
+                    stale.unlink()
         for name, reason in result.skipped.items():
             print(f"strata-kernels: {name} skipped: {reason}", flush=True)
+
+
+class BdistWheel(bdist_wheel):
+    """The platform tag says which glibc the built shared objects need (manylinux_2_N, PEP 600) instead of
+    'linux': the loader and the CPU plugin link nothing but libc, libm, libgcc_s and libstdc++."""
+
+    def get_tag(self):
+        impl, abi, plat = super().get_tag()
+        if plat.startswith("linux_"):
+            from strata_kernels.wheel import manylinux_tag
+            sos = sorted(Path(self.bdist_dir).rglob("*.so"))
+            if sos:
+                plat = manylinux_tag(sos, plat[len("linux_"):])
+        return impl, abi, plat
 
 
 USE_ABI3 = sys.version_info >= (3, 12)
 
 setup(
     ext_modules=[Extension("strata_kernels._loader", sources=[], py_limited_api=USE_ABI3)],
-    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy, "bdist_wheel": BdistWheel},
     options={"bdist_wheel": {"py_limited_api": "cp312"}} if USE_ABI3 else {},
 )

@@ -106,6 +106,10 @@ def _key(selections: list[Selection], tcs: dict, loader: dict | None, root: Path
     return h.hexdigest()
 
 
+def _target_flags(sel: Selection, tc: toolchains.Toolchain) -> list[str]:
+    return toolchains.cuda_flags(tc) if sel.target.backend.name == "cuda" else []
+
+
 def _install(src: Path, dest_dir: Path) -> Path:
     """Write to a temporary name, then rename: an interrupted build never leaves a half-written plugin."""
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -188,7 +192,8 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         result.up_to_date = True
     else:
         log(f"strata-kernels: building {names} in {build_dir}")
-        rendered = [codegen.render_target(s, gen_dir, toolchain=tcs[s.target.name].as_dict())
+        rendered = [codegen.render_target(s, gen_dir, toolchain=tcs[s.target.name].as_dict(),
+                                          flags=_target_flags(s, tcs[s.target.name]))
                     for s in chosen]
         codegen.copy_abi_header(gen_dir)
         codegen.render_cmake(rendered, gen_dir, loader=loader, hip=hip)

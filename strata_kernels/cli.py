@@ -1,4 +1,4 @@
-"""`strata-kernels`: info · explain · generate · build · parity · bench."""
+"""`strata-kernels`: info · explain · generate · build · wheel · parity · bench."""
 from __future__ import annotations
 
 import argparse
@@ -64,6 +64,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_wheel(args: argparse.Namespace) -> int:
+    from . import wheel
+    res = wheel.build_family_wheel(args.family, Path(args.out), targets=args.targets,
+                                   build_dir=Path(args.build_dir) if args.build_dir else None, jobs=args.jobs)
+    if res.wheel is None:
+        print(f"strata-kernels: no wheel for family {args.family}: {res.skipped}", file=sys.stderr)
+        return 3
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="strata-kernels", description="QSA attention kernels: build, inspect, verify.")
     p.add_argument("--version", action="version", version=f"strata-kernels {__version__}")
@@ -90,6 +100,16 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--build-dir", default=None, help="build directory (default: ~/.cache/strata-kernels/...)")
     s.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: $MAX_JOBS or all cores)")
     s.set_defaults(func=_cmd_build)
+
+    s = sub.add_parser("wheel", help="build a plugin family's targets and package them as a wheel")
+    s.add_argument("--family", required=True, help="cuda13, cuda12, rocm or sycl (the families of backends/*.toml)")
+    s.add_argument("--targets", default=None, help="build only this subset of the family, e.g. 'sm_89'")
+    s.add_argument("--out", required=True, help="directory for the wheel and its size report")
+    s.add_argument("--build-dir", default=None,
+                   help="build directory (default: ~/.cache/strata-kernels/wheel-<version>-<family>; the same "
+                        "directory gives byte-identical wheels)")
+    s.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: $MAX_JOBS or all cores)")
+    s.set_defaults(func=_cmd_wheel)
 
     from . import bench, parity
     s = sub.add_parser("parity", help="the parity test of QSA_SPEC §6 against the FP64 reference")

@@ -73,6 +73,12 @@ def nvcc() -> Toolchain:
     return Toolchain("nvcc", None, None, "no nvcc found (set CUDA_HOME or put nvcc on PATH)")
 
 
+def cuda_flags(tc: Toolchain) -> list[str]:
+    """nvcc flags every CUDA plugin gets: the smallest fatbin the toolkit can write. CUDA >= 13 (drivers >= 580)
+    reads ``--compress-mode=size`` fatbins; older toolkits compress every entry with the classic algorithm."""
+    return ["--compress-mode=size"] if _version_tuple(tc.version) >= (13, 0) else ["-Xfatbin=-compress-all"]
+
+
 def _clang_version(text: str) -> tuple[int, int]:
     m = re.search(r"clang version (\d+)\.(\d+)", text)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
