@@ -918,11 +918,30 @@ def _trace_device(res: Resolution, targets=None) -> list[str]:
         lines.append(f"  note: {n}")
     if res.chosen is not None:
         lines.append(f"  => chosen: {res.chosen.plugin.target} ({res.chosen.plugin.path})")
+        lines.append(f"     variants: {_variant_line(dev, res.chosen.plugin.manifest)}")
     else:
         lines.append("  => no plugin chosen")
         if not res.notes:
             lines += [f"     {a}" for a in _advice(dev, targets)]
+            chosen, _ = table_choice(dev, targets)
+            tables, _ = _table_targets(targets)
+            if chosen is not None and tables:
+                t = tables[chosen.plugin.target]
+                lines.append(f"     with {t.name} it would run: "
+                             f"{_variant_line(dev, {'dispatch_variants': list(t.variants)})}")
     return lines
+
+
+def _variant_line(dev: Device, manifest: dict | None) -> str:
+    """What the plugin's automatic dispatch would run on ``dev`` under this process's switches (QSA_SPEC §5.4)."""
+    from .dispatch_model import summary
+    m = manifest or {}
+    variants = m.get("dispatch_variants") or m.get("variants") or ["fp32"]
+    arch = dev.arch if dev.kind in ("cuda", "hip") else dev.kind
+    if dev.kind == "cuda" and dev.cc is not None:
+        arch = f"sm_{dev.cc[0]}{dev.cc[1]}"
+    switches = sorted(k for k in os.environ if k.startswith("STRATA_") and not k.startswith("STRATA_KERNELS_"))
+    return summary(dev.kind, arch, variants) + (f" (switches: {', '.join(switches)})" if switches else "")
 
 
 def explain(simulate: str | None = None, *, devices: list[Device] | None = None,

@@ -1,0 +1,179 @@
+"""The automatic variant choice of QSA_SPEC §5.4, for devices that need not be present (``explain --simulate``).
+
+The plugins decide for real (``templates/*/dispatch.inc.j2``, reported by ``which()``); this module states the same
+rules in Python so the resolver can say which variant a simulated device would run. Tests hold the two together:
+tests/cpu (the CPU plugin), tests/toolchain/test_dispatch_model.py (the HIP plugin entries on a fake HIP runtime)
+and tests/gpu (the CUDA plugin on the device present) compare this model with ``which()`` case by case.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from .targets import VARIANT_RULES
+
+FORMATS = ("fp16", "int8", "q4_0", "k8v4")          # the ABI's format codes 0..3
+_FMT_NAME = {"fp16": "FP16", "int8": "INT8", "q4_0": "Q4_0", "k8v4": "K8V4"}
+WMMA_GATE_GFX11 = ("gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151")
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "")[:1] == "1"
+
+
+def _cc(arch: str) -> int:
+    digits = "".join(ch for ch in arch[len("sm_"):] if ch.isdigit())
+    return int(digits) if digits else -1
+
+
+def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str]) -> tuple[str, str]:
+    if op == "decode":
+        if _flag(env, "STRATA_QSA_SPLIT_ATTN") and fmt == "int8" and cc >= 80:
+            return "split", "STRATA_QSA_SPLIT_ATTN=1, INT8, sm_80+: the split decode"
+        pre75 = env.get("STRATA_ATTN_PRE75", "")[:1]
+        if (cc < 75 and pre75 != "0") or _flag(env, "STRATA_ATTN_DAILY"):
+            return "fp32_pre75", "chunk + merge, two-cells-per-step form"
+        if _flag(env, "STRATA_ATTN_LANECELL"):
+            return "fp32_lanecell", "chunk + merge, lane-per-cell form"
+        return "fp32", "chunk + merge"
+    if _flag(env, "STRATA_PROMPT_ATTN_OLD"):
+        return "fp32", "STRATA_PROMPT_ATTN_OLD=1: the decode algorithm"
+    emulate = env.get("STRATA_EMULATE_CC", "")
+    try:
+        emulated = int(emulate) if emulate else 0
+    except ValueError:
+        emulated = 0
+    eff = 75 if env.get("STRATA_QSA_WARP") in ("1", "attn") else (emulated if emulated > 0 else cc)
+    if cc < 0:
+        return "fp32", "device query failed: the decode algorithm"
+    if eff < 70:
+        return "fp32", "compute capability below 7.0: the decode algorithm"
+    volta, turing = eff < 75, eff < 80
+    if fmt == "q4_0":
+        if env.get("STRATA_PROMPT_ATTN_Q4", "")[:1] == "0":
+            return "fp32", "STRATA_PROMPT_ATTN_Q4=0: the decode algorithm"
+        if turing:
+            return "fp32", "Q4_0 below sm_80: the decode algorithm"
+        return "v1", "Q4_0 on sm_80+: v1 mode 4"
+    if fmt == "k8v4":
+        return ("v70", "K8V4 on Volta: v70") if volta else ("v1", "K8V4: v1 mode 3")
+    if fmt == "int8":
+        if volta:
+            return "v70", "INT8 on Volta: v70"
+        if "STRATA_PROMPT_ATTN_V1" in env:
+            return "v1", "STRATA_PROMPT_ATTN_V1 is set: v1"
+        if turing:
+            if _flag(env, "STRATA_PA_V2T") and cc == 75:
+                return "v2t", "STRATA_PA_V2T=1 on sm_75: v2t"
+            return "v1", "INT8 on the Turing branch: v1"
+        if _flag(env, "STRATA_PROMPT_ATTN_IMMA"):
+            return "imma", "STRATA_PROMPT_ATTN_IMMA=1: imma"
+        return "v2", "INT8 on sm_80+: v2"
+    return ("v70", "FP16 on Volta: v70") if volta else ("v1", "FP16: v1 mode 0")
+
+
+def _hip_pre75(gfx: str, env: Mapping[str, str]) -> bool:
+    pre75 = env.get("STRATA_ATTN_PRE75", "")[:1]
+    return pre75 != "0" if gfx.startswith("gfx103") else pre75 == "1"
+
+
+def _hip_chunk_form(gfx: str, env: Mapping[str, str], what: str) -> tuple[str, str]:
+    if _hip_pre75(gfx, env):
+        return "fp32_pre75", f"{what}, two-cells-per-step (#540) form on {gfx}"
+    if _flag(env, "STRATA_ATTN_LANECELL"):
+        return "fp32_lanecell", f"{what}, lane-per-cell form"
+    return "fp32", what
+
+
+def _hip_wish(op: str, fmt: str, gfx: str, env: Mapping[str, str], n_q: int) -> tuple[str, str]:
+    if op == "decode":
+        return _hip_chunk_form(gfx, env, "chunk + merge")
+    if _flag(env, "STRATA_PROMPT_ATTN_OLD"):
+        return _hip_chunk_form(gfx, env, "STRATA_PROMPT_ATTN_OLD=1: the decode algorithm")
+    wmma = _flag(env, "STRATA_HIP_WMMA")
+    gate = gfx.startswith("gfx12") or gfx in WMMA_GATE_GFX11
+    rdna2 = env.get("STRATA_PROMPT_ATTN_RDNA2") == "1"
+    if fmt == "int8":
+        if wmma and gate:
+            if _flag(env, "STRATA_HIP_WMMA_I8"):
+                return "wmma_i8", f"STRATA_HIP_WMMA=1 and STRATA_HIP_WMMA_I8=1 on {gfx}: the int8 WMMA prompt kernel"
+            try:
+                min_t = int(env.get("STRATA_PF_SWITCH_MIN_T", "0") or 0)
+            except ValueError:
+                min_t = 0
+            if _flag(env, "STRATA_PA_FAST") and n_q >= min_t:
+                return "wmma_fast", f"STRATA_HIP_WMMA=1 and STRATA_PA_FAST=1 on {gfx}: the single-FP16 WMMA form"
+            return "wmma", f"STRATA_HIP_WMMA=1 on {gfx}: the WMMA prompt kernel"
+        if rdna2 and _hip_pre75(gfx, env):
+            return "rdna2", f"STRATA_PROMPT_ATTN_RDNA2=1 and the pre-75 condition on {gfx}: the RDNA2 prompt kernel"
+    if fmt != "int8":
+        what = f"{_FMT_NAME[fmt]} KV has no prompt kernel on AMD: the decode algorithm"
+    elif wmma:
+        what = f"STRATA_HIP_WMMA=1, but {gfx} is not a WMMA arch of the gate: the decode algorithm"
+    elif rdna2:
+        what = f"STRATA_PROMPT_ATTN_RDNA2=1, but the pre-75 condition does not hold on {gfx}: the decode algorithm"
+    else:
+        what = "INT8 on AMD without STRATA_HIP_WMMA / STRATA_PROMPT_ATTN_RDNA2: the decode algorithm"
+    return _hip_chunk_form(gfx, env, what)
+
+
+def _runnable(variant: str, kind: str, arch: str, fmt: str, op: str) -> str | None:
+    """Why ``variant`` cannot run this call on this device (the plugins' forced-variant checks), or None."""
+    rule = VARIANT_RULES.get(variant)
+    if rule is None:
+        return f"unknown variant '{variant}'"
+    if FORMATS.index(fmt) not in rule["formats"]:
+        return f"variant '{variant}' does not take {_FMT_NAME[fmt]} KV"
+    if op not in rule["ops"]:
+        return f"variant '{variant}' serves the {'/'.join(rule['ops'])} operation only"
+    if kind == "cuda" and _cc(arch) < rule["min_cc"]:
+        return f"variant '{variant}' needs compute capability {rule['min_cc'] // 10}.{rule['min_cc'] % 10} or newer"
+    if kind == "hip":
+        if rule["min_cc"] > 0:
+            return f"variant '{variant}' needs NVIDIA compute capability {rule['min_cc'] // 10}.{rule['min_cc'] % 10}"
+        if variant.startswith("wmma") and not arch.startswith(("gfx11", "gfx12")):
+            return f"variant '{variant}' needs the WMMA matrix cores of gfx11 or gfx12"
+    return None
+
+
+def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
+           env: Mapping[str, str] | None = None, n_q: int = 1) -> tuple[str, str]:
+    """(variant, reason) that a plugin holding ``variants`` would run for ``op`` on ``fmt`` KV on the device
+    ``kind``/``arch`` (``sm_86``, ``gfx1100``, …) under the switches in ``env`` (default: this process's)."""
+    if op not in ("prompt", "decode"):
+        raise ValueError(f"op must be 'prompt' or 'decode', got {op!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    env = os.environ if env is None else env
+    if kind == "cpu":
+        return "fp32", f"{op} on the CPU: the FP32 chunk + merge algorithm"
+    if kind == "sycl":
+        if _flag(env, "STRATA_ATTN_LANECELL") and "fp32_lanecell" in variants:
+            return "fp32_lanecell", "SYCL, STRATA_ATTN_LANECELL=1: the lane-per-cell chunk kernel"
+        return "fp32", "SYCL: chunk + merge"
+    if kind == "cuda":
+        wish, reason = _cuda_wish(op, fmt, _cc(arch), env)
+        if wish not in variants or _runnable(wish, kind, arch, fmt, op):
+            return "fp32", f"{reason}; '{wish}' is not in the plugin, so the FP32 chunk + merge algorithm runs"
+        return wish, reason
+    if kind == "hip":
+        gfx = arch.split(":")[0]
+        wish, reason = _hip_wish(op, fmt, gfx, env, n_q)
+        if wish != "fp32":
+            if wish not in variants:
+                return "fp32", f"{reason}; '{wish}' is not in the plugin, so the FP32 chunk + merge algorithm runs"
+            why = _runnable(wish, kind, gfx, fmt, op)
+            if why:
+                return "fp32", f"{reason}; but {why}, so the FP32 chunk + merge algorithm runs"
+        return wish, reason
+    raise ValueError(f"unknown device kind {kind!r}")
+
+
+def summary(kind: str, arch: str, variants: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """One line: the variant per format for the prompt operation, and the decode operation's."""
+    prompt = " · ".join(f"{f} {choose(kind, arch, 'prompt', f, variants, env=env)[0]}" for f in FORMATS)
+    decode = sorted({choose(kind, arch, "decode", f, variants, env=env)[0] for f in FORMATS},
+                    key=lambda v: (v != "fp32", v))
+    int8_decode = choose(kind, arch, "decode", "int8", variants, env=env)[0]
+    dec = "/".join(decode) if len(decode) == 1 else f"int8 {int8_decode}, others fp32"
+    return f"prompt: {prompt}; decode: {dec}"

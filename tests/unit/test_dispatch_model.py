@@ -1,0 +1,111 @@
+"""The Python statement of the automatic dispatch (dispatch_model) against QSA_SPEC §5.2-§5.4, and what
+`explain --simulate` prints with it. (The model is compared with the plugins' own which() in tests/cpu,
+tests/toolchain/test_hip_dispatch.py and tests/gpu.)"""
+from __future__ import annotations
+
+import pytest
+
+from strata_kernels import dispatch_model as dm
+from strata_kernels import resolve, targets
+
+T = targets.all_targets()
+
+
+def variants(name: str) -> list[str]:
+    return list(T[name].variants)
+
+
+# §5.2 device × format matrix, no switches (prompt operation), with the plugin the tables build for that device.
+MATRIX = [
+    ("cuda", "sm_75", "sm_75", {"fp16": "v1", "int8": "v1", "k8v4": "v1", "q4_0": "fp32"}),
+    ("cuda", "sm_80", "sm_80", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_86", "sm_86", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_90", "sm_90", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_120", "sm_120", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_70", "sm_70", {"fp16": "v70", "int8": "v70", "k8v4": "v70", "q4_0": "fp32"}),
+    ("cuda", "sm_61", "sm_70", {"fp16": "fp32", "int8": "fp32", "k8v4": "fp32", "q4_0": "fp32"}),
+    ("hip", "gfx1030", "gfx1030", {"fp16": "fp32", "int8": "fp32", "k8v4": "fp32", "q4_0": "fp32"}),
+    ("hip", "gfx1100", "gfx1100", {"fp16": "fp32", "int8": "fp32", "k8v4": "fp32", "q4_0": "fp32"}),
+    ("hip", "gfx1201", "gfx1201", {"fp16": "fp32", "int8": "fp32", "k8v4": "fp32", "q4_0": "fp32"}),
+    ("sycl", "sycl", "sycl", {"fp16": "fp32", "int8": "fp32", "k8v4": "fp32", "q4_0": "fp32"}),
+    ("cpu", "cpu", "cpu", {"fp16": "fp32", "int8": "fp32", "k8v4": "fp32", "q4_0": "fp32"}),
+]
+
+
+@pytest.mark.parametrize("kind,arch,plugin,expect", MATRIX, ids=[m[1] for m in MATRIX])
+def test_no_switches_matrix(kind, arch, plugin, expect):
+    got = {f: dm.choose(kind, arch, "prompt", f, variants(plugin), env={})[0] for f in dm.FORMATS}
+    assert got == expect
+
+
+# §5.3 / §5.4 switches: (kind, arch, plugin, env, fmt, op, n_q, expected variant)
+SWITCH_CASES = [
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_IMMA": "1"}, "int8", "prompt", 1, "imma"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_IMMA": "1", "STRATA_PROMPT_ATTN_V1": ""}, "int8", "prompt", 1,
+     "v1"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_OLD": "1"}, "int8", "prompt", 1, "fp32"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "attn"}, "int8", "prompt", 1, "v1"),      # Turing branch
+    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "select"}, "int8", "prompt", 1, "v2"),    # scorer only
+    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "1", "STRATA_PA_V2T": "1"}, "int8", "prompt", 1, "v1"),
+    ("cuda", "sm_75", "sm_75", {"STRATA_PA_V2T": "1"}, "int8", "prompt", 1, "v2t"),
+    ("cuda", "sm_75", "sm_75", {"STRATA_PA_V2T": "0"}, "int8", "prompt", 1, "v1"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_Q4": "0"}, "q4_0", "prompt", 1, "fp32"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_EMULATE_CC": "75"}, "q4_0", "prompt", 1, "fp32"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_SPLIT_ATTN": "1"}, "int8", "decode", 1, "split"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_SPLIT_ATTN": "1"}, "fp16", "decode", 1, "fp32"),
+    ("cuda", "sm_75", "sm_75", {"STRATA_QSA_SPLIT_ATTN": "1"}, "int8", "decode", 1, "fp32"),
+    ("hip", "gfx1100", "gfx1100", {"STRATA_HIP_WMMA": "1"}, "int8", "prompt", 1, "wmma"),
+    ("hip", "gfx1100", "gfx1100", {"STRATA_HIP_WMMA": "1"}, "fp16", "prompt", 1, "fp32"),
+    ("hip", "gfx1201", "gfx1201", {"STRATA_HIP_WMMA": "1", "STRATA_PA_FAST": "1"}, "int8", "prompt", 1,
+     "wmma_fast"),
+    ("hip", "gfx1201", "gfx1201", {"STRATA_HIP_WMMA": "1", "STRATA_PA_FAST": "1", "STRATA_PF_SWITCH_MIN_T": "64"},
+     "int8", "prompt", 63, "wmma"),
+    ("hip", "gfx1030", "gfx1030", {"STRATA_HIP_WMMA": "1"}, "int8", "prompt", 1, "fp32"),
+    ("hip", "gfx1030", "gfx1030", {"STRATA_PROMPT_ATTN_RDNA2": "1"}, "int8", "prompt", 1, "rdna2"),
+    ("hip", "gfx1030", "gfx1030", {"STRATA_PROMPT_ATTN_RDNA2": "1yes"}, "int8", "prompt", 1, "fp32"),  # exactly "1"
+    ("hip", "gfx1030", "gfx1030", {"STRATA_PROMPT_ATTN_RDNA2": "1", "STRATA_ATTN_PRE75": "0"}, "int8", "prompt", 1,
+     "fp32"),
+    ("hip", "gfx1100", "gfx1100", {"STRATA_PROMPT_ATTN_RDNA2": "1"}, "int8", "prompt", 1, "fp32"),
+    ("hip", "gfx1100", "gfx1100", {"STRATA_PROMPT_ATTN_RDNA2": "1", "STRATA_ATTN_PRE75": "1"}, "int8", "prompt", 1,
+     "rdna2"),
+    ("hip", "gfx1100", "gfx1100", {"STRATA_HIP_WMMA": "1", "STRATA_PROMPT_ATTN_RDNA2": "1",
+                                   "STRATA_ATTN_PRE75": "1"}, "int8", "prompt", 1, "wmma"),  # WMMA first
+]
+
+
+@pytest.mark.parametrize("case", SWITCH_CASES, ids=lambda c: f"{c[1]}-{c[4]}-{c[5]}-{'-'.join(sorted(c[3]))}")
+def test_switches(case):
+    kind, arch, plugin, env, fmt, op, n_q, expect = case
+    assert dm.choose(kind, arch, op, fmt, variants(plugin), env=env, n_q=n_q)[0] == expect
+
+
+def test_wish_not_in_plugin_falls_back_and_says_so():
+    # A plugin without v2 (e.g. a custom build) runs the FP32 algorithm and names the missing variant.
+    name, why = dm.choose("cuda", "sm_90", "prompt", "int8", ["fp32", "v1"], env={})
+    assert name == "fp32" and "'v2' is not in the plugin" in why
+    # sm_80 SASS on an sm_86 device: the dispatch keys on the device's compute capability.
+    assert dm.choose("cuda", "sm_86", "prompt", "int8", variants("sm_80"), env={})[0] == "v2"
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(ValueError, match="fmt"):
+        dm.choose("cuda", "sm_90", "prompt", "int4", ["fp32"])
+    with pytest.raises(ValueError, match="op"):
+        dm.choose("cuda", "sm_90", "forward", "int8", ["fp32"])
+
+
+def test_explain_simulate_names_plugin_and_variant(monkeypatch):
+    for k in [k for k in __import__("os").environ if k.startswith("STRATA_")]:
+        monkeypatch.delenv(k)
+    text = resolve.explain("gfx1030,gfx1100,gfx1201,sm_90", plugins=[])
+    blocks = text.split("\n\n")[1:]
+    assert len(blocks) == 4  # the four simulated devices
+    by_arch = {b.split()[1]: b for b in blocks}
+    for arch in ("gfx1030", "gfx1100", "gfx1201", "sm_90"):
+        assert f"with {arch} it would run: prompt: " in by_arch[arch], by_arch[arch]
+        assert f"STRATA_TARGETS={arch}" in by_arch[arch]
+    assert "int8 v2" in by_arch["sm_90"]
+    monkeypatch.setenv("STRATA_HIP_WMMA", "1")
+    text = resolve.explain("gfx1030,gfx1100", plugins=[])
+    assert "int8 wmma " in text and "switches: STRATA_HIP_WMMA" in text
+    assert text.count("int8 wmma ") == 1  # gfx1030 is outside the WMMA gate
