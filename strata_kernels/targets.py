@@ -17,7 +17,7 @@ from .errors import TargetError
 # Every variant name the project knows (QSA_SPEC §1.7). A table may only list names that a template provides.
 KNOWN_VARIANTS = (
     "fp32", "fp32_pre75", "fp32_lanecell", "v1", "v2", "imma", "v2t", "v70",
-    "wmma", "wmma_fast", "rdna2", "split",
+    "wmma", "wmma_fast", "wmma_i8", "rdna2", "split",
 )
 
 # Which KV formats each variant accepts (QSA_SPEC §5.5; codes as §6.2: 0 fp16, 1 int8, 2 q4_0, 3 k8v4), the compute
@@ -34,6 +34,7 @@ VARIANT_RULES = {
     "v70": {"formats": (0, 1, 3), "min_cc": 70, "ops": ("prompt", "decode")},
     "wmma": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
     "wmma_fast": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
+    "wmma_i8": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
     "rdna2": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
     "split": {"formats": (1,), "min_cc": 80, "ops": ("decode",)},
 }

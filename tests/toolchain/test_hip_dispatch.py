@@ -165,8 +165,8 @@ def drivers(tmp_path_factory) -> dict[str, Path]:
     return result
 
 
-SWITCHES = ("STRATA_PROMPT_ATTN_OLD", "STRATA_HIP_WMMA", "STRATA_PA_FAST", "STRATA_PROMPT_ATTN_RDNA2",
-            "STRATA_ATTN_LANECELL", "STRATA_ATTN_PRE75", "STRATA_PF_SWITCH_MIN_T")
+SWITCHES = ("STRATA_PROMPT_ATTN_OLD", "STRATA_HIP_WMMA", "STRATA_HIP_WMMA_I8", "STRATA_PA_FAST",
+            "STRATA_PROMPT_ATTN_RDNA2", "STRATA_ATTN_LANECELL", "STRATA_ATTN_PRE75", "STRATA_PF_SWITCH_MIN_T")
 
 
 def run_driver(exe: Path, args: list[str], gfx: str, env: dict[str, str] | None = None, warp: int = 32) -> Result:
@@ -198,6 +198,7 @@ class Auto:
     fmt: int = INT8
     n_q: int = 64
     stderr_has: str = ""
+    gfx: str | None = None      # the device the fake runtime reports (default: the plugin's own gfx)
 
 
 AUTO_CASES = [
@@ -232,6 +233,28 @@ AUTO_CASES = [
     Auto("gfx1100-rdna2-pre75-1", "gfx1100", {"STRATA_PROMPT_ATTN_RDNA2": "1", "STRATA_ATTN_PRE75": "1"}, "rdna2"),
     Auto("gfx1100-wmma-beats-rdna2", "gfx1100",
          {"STRATA_HIP_WMMA": "1", "STRATA_PROMPT_ATTN_RDNA2": "1", "STRATA_ATTN_PRE75": "1"}, "wmma"),
+    # wmma_i8 (project decision): STRATA_HIP_WMMA=1… and STRATA_HIP_WMMA_I8=1… on a WMMA-gate device, INT8 prompt
+    # only; it replaces wmma, STRATA_PA_FAST does not apply to it, and the I8 switch alone does nothing.
+    Auto("gfx1100-wmma-i8", "gfx1100", {"STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "1"}, "wmma_i8",
+         ("STRATA_HIP_WMMA_I8=1", "24-bit"), stderr_has="matrix cores on"),
+    Auto("gfx1100-wmma-i8-flag-prefix", "gfx1100", {"STRATA_HIP_WMMA": "1on", "STRATA_HIP_WMMA_I8": "1yes"},
+         "wmma_i8"),
+    Auto("gfx1100-wmma-i8-beats-pa-fast", "gfx1100",
+         {"STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "1", "STRATA_PA_FAST": "1"}, "wmma_i8"),
+    Auto("gfx1100-wmma-i8-off-0", "gfx1100", {"STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "0"}, "wmma"),
+    Auto("gfx1100-wmma-i8-alone", "gfx1100", {"STRATA_HIP_WMMA_I8": "1"}, "fp32",
+         ("STRATA_HIP_WMMA_I8=1 takes effect only with STRATA_HIP_WMMA=1",)),
+    Auto("gfx1100-wmma-i8-fp16", "gfx1100", {"STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "1"}, "fp32",
+         ("fp16 KV",), fmt=FP16),
+    Auto("gfx1100-wmma-i8-decode", "gfx1100", {"STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "1"}, "fp32",
+         ("chunk + merge",), op=DECODE),
+    Auto("gfx1030-wmma-i8-not-gate", "gfx1030", {"STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "1"}, "fp32",
+         ("not a WMMA arch of the gate",), stderr_has="unavailable"),
+    Auto("gfx1100-plugin-on-gfx1103-wmma-i8-not-gate", "gfx1100", {"STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "1"},
+         "fp32", ("gfx1103 is not a WMMA arch of the gate",), gfx="gfx1103"),
+    Auto("gfx1100-old-beats-wmma-i8", "gfx1100",
+         {"STRATA_PROMPT_ATTN_OLD": "1", "STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "1"}, "fp32",
+         ("STRATA_PROMPT_ATTN_OLD=1",)),
     # Step 4: OLD wins over every prompt kernel switch.
     Auto("gfx1100-old-beats-wmma", "gfx1100", {"STRATA_PROMPT_ATTN_OLD": "1", "STRATA_HIP_WMMA": "1"}, "fp32",
          ("STRATA_PROMPT_ATTN_OLD=1",)),
@@ -252,7 +275,7 @@ AUTO_CASES = [
 
 @pytest.mark.parametrize("case", AUTO_CASES, ids=[c.id for c in AUTO_CASES])
 def test_automatic_choice(drivers, case: Auto):
-    r = which(drivers, case.plugin, op=case.op, fmt=case.fmt, env=case.env, n_q=case.n_q)
+    r = which(drivers, case.plugin, op=case.op, fmt=case.fmt, env=case.env, n_q=case.n_q, gfx=case.gfx)
     assert r.status == OK, r
     assert r.name == case.expect, f"{case.id}: chose {r.name!r} ({r.why}), expected {case.expect!r}"
     for s in case.why_has:
@@ -288,6 +311,15 @@ FORCED_CASES = [
     Forced("gfx1100-wmma", "gfx1100", "wmma", OK, ("forced",)),
     Forced("gfx1100-wmma-beats-old", "gfx1100", "wmma", OK, env={"STRATA_PROMPT_ATTN_OLD": "1"}),
     Forced("gfx1100-wmma-fp16", "gfx1100", "wmma", UNSUPPORTED, ("does not take fp16 KV",), fmt=FP16),
+    Forced("gfx1100-wmma-i8", "gfx1100", "wmma_i8", OK, ("forced",)),
+    Forced("gfx1100-wmma-i8-decode", "gfx1100", "wmma_i8", OK, ("forced",), op=DECODE),
+    Forced("gfx1100-wmma-i8-without-switches", "gfx1100", "wmma_i8", OK,
+           env={"STRATA_PROMPT_ATTN_OLD": "1", "STRATA_HIP_WMMA_I8": "0"}),
+    Forced("gfx1100-wmma-i8-fp16", "gfx1100", "wmma_i8", UNSUPPORTED, ("'wmma_i8' does not take fp16 KV",), fmt=FP16),
+    Forced("gfx1030-wmma-i8-not-in-plugin", "gfx1030", "wmma_i8", UNSUPPORTED,
+           ("'wmma_i8' is not in the gfx1030 plugin",)),
+    Forced("gfx1100-plugin-wmma-i8-on-gfx1030-device", "gfx1100", "wmma_i8", UNSUPPORTED,
+           ("needs the WMMA matrix cores", "gfx1030"), gfx="gfx1030"),
     Forced("gfx1100-v2", "gfx1100", "v2", UNSUPPORTED, ("'v2' is not in the gfx1100 plugin",)),
     Forced("gfx1030-v2", "gfx1030", "v2", UNSUPPORTED, ("'v2' is not in the gfx1030 plugin",)),
     Forced("gfx1030-unknown", "gfx1030", "bogus", UNSUPPORTED, ("unknown variant 'bogus'",)),
