@@ -362,3 +362,34 @@ def test_probe_feature_suffixed_arch(drivers, plugin, accepted):
     else:
         assert r.status == UNSUPPORTED, r
         assert "gfx1100" in r.why and "gfx1030 only" in r.why and r.why.endswith("needed"), r.why
+
+
+# --------------------------------------------------------------------------- the Python model agrees (explain)
+
+MODEL_ENVS = [
+    {}, {"STRATA_HIP_WMMA": "1"}, {"STRATA_HIP_WMMA": "1", "STRATA_PA_FAST": "1"},
+    {"STRATA_HIP_WMMA": "1", "STRATA_PA_FAST": "1", "STRATA_PF_SWITCH_MIN_T": "100"},
+    {"STRATA_HIP_WMMA": "1", "STRATA_HIP_WMMA_I8": "1"}, {"STRATA_HIP_WMMA_I8": "1"},
+    {"STRATA_PROMPT_ATTN_RDNA2": "1"}, {"STRATA_PROMPT_ATTN_RDNA2": "1", "STRATA_ATTN_PRE75": "0"},
+    {"STRATA_PROMPT_ATTN_RDNA2": "1", "STRATA_ATTN_PRE75": "1"}, {"STRATA_PROMPT_ATTN_OLD": "1"},
+    {"STRATA_ATTN_LANECELL": "1"},
+]
+
+
+@pytest.mark.parametrize("plugin,gfx", [("gfx1030", "gfx1030"), ("gfx1100", "gfx1100"), ("gfx1100", "gfx1201"),
+                                        ("gfx1100", "gfx1103")])
+def test_dispatch_model_matches_the_plugin(drivers, plugin, gfx):
+    """strata_kernels.dispatch_model (what `explain --simulate` prints) names the variant the plugin's which()
+    picks, for every switch set, operation and format."""
+    from strata_kernels import dispatch_model
+    variants = list(targets.all_targets()[plugin].variants)
+    mismatches = []
+    for env in MODEL_ENVS:
+        for op_name, op in (("prompt", PROMPT), ("decode", DECODE)):
+            for code, fmt in enumerate(dispatch_model.FORMATS):
+                got = which(drivers, plugin, op=op, fmt=code, env=env, gfx=gfx, n_q=64)
+                assert got.status == OK, got
+                want, why = dispatch_model.choose("hip", gfx, op_name, fmt, variants, env=env, n_q=64)
+                if got.name != want:
+                    mismatches.append(f"{env} {op_name} {fmt}: plugin {got.name} ({got.why}); model {want} ({why})")
+    assert not mismatches, "\n".join(mismatches)

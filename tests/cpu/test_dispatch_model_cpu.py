@@ -1,0 +1,14 @@
+"""The CPU plugin's which() and the Python statement of the dispatch (dispatch_model, used by `explain`) agree."""
+import pytest
+
+import strata_kernels as sk
+from strata_kernels import dispatch_model, testing
+
+
+@pytest.mark.parametrize("fmt", dispatch_model.FORMATS)
+@pytest.mark.parametrize("op", ["prompt", "decode"])
+def test_cpu_which_matches_the_model(fmt, op):
+    case = testing.make_case(fmt, 600, 4)
+    got = sk.which(case.q, case.kv, case.ids, case.width, path=op)
+    want = dispatch_model.choose("cpu", "cpu", op, fmt, ["fp32"], env={})
+    assert got.variant == want[0]

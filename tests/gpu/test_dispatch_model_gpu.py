@@ -1,0 +1,66 @@
+"""The CUDA plugin's own which() against the Python statement of QSA_SPEC §5.4 (dispatch_model) that `explain`
+uses, on the device present, for every format × operation under a set of switch combinations. The plugins read
+their switches once per process, so each combination runs in a fresh interpreter."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from strata_kernels import dispatch_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = r"""
+import json, sys
+import torch
+import strata_kernels as sk
+from strata_kernels import ops, resolve, testing
+dev = torch.device("cuda", 0)
+out = {"arch": None, "variants": None, "which": {}}
+res = resolve.resolution_for("cuda", 0)
+out["arch"] = res.device.arch
+out["variants"] = res.chosen.plugin.manifest.get("dispatch_variants")
+for fmt in ("fp16", "int8", "q4_0", "k8v4"):
+    case = testing.make_case(fmt, 600, 4)
+    kv = case.kv
+    t = lambda a: None if a is None else torch.from_numpy(a).to(dev)
+    b = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
+         "fp16": lambda: sk.KVCache.fp16(t(kv.k), t(kv.v), t(kv.page_table)),
+         "q4_0": lambda: sk.KVCache.q4_0(t(kv.k), t(kv.v), t(kv.page_table)),
+         "k8v4": lambda: sk.KVCache.k8v4(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.page_table))}[fmt]()
+    for op in ("prompt", "decode"):
+        w = sk.which(t(case.q), b, t(case.ids), t(case.width), path=op)
+        out["which"][f"{op}/{fmt}"] = [w.variant, w.reason]
+print("JSON" + json.dumps(out))
+"""
+
+SWITCH_SETS = [
+    {},
+    {"STRATA_PROMPT_ATTN_IMMA": "1"},
+    {"STRATA_PROMPT_ATTN_V1": ""},
+    {"STRATA_PROMPT_ATTN_OLD": "1"},
+    {"STRATA_QSA_WARP": "attn", "STRATA_PA_V2T": "1"},
+    {"STRATA_EMULATE_CC": "75", "STRATA_PROMPT_ATTN_Q4": "1"},
+    {"STRATA_PROMPT_ATTN_Q4": "0", "STRATA_QSA_SPLIT_ATTN": "1"},
+    {"STRATA_ATTN_DAILY": "1", "STRATA_ATTN_LANECELL": "1"},
+]
+
+
+@pytest.mark.parametrize("switches", SWITCH_SETS, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()) or "none")
+def test_model_agrees_with_the_plugin(torch_cuda, switches):
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("STRATA_") and not k.startswith("STRATA_KERNELS_"))}
+    env.update(switches)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    p = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("JSON"))[4:])
+    arch, variants = got["arch"], got["variants"]
+    for key, (variant, reason) in got["which"].items():
+        op, fmt = key.split("/")
+        want, why = dispatch_model.choose("cuda", arch, op, fmt, variants, env=switches, n_q=4)
+        assert variant == want, f"{key} under {switches}: plugin {variant} ({reason}); model {want} ({why})"
