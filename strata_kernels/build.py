@@ -29,6 +29,8 @@ Log = Callable[[str], None]
 class BuildResult:
     built: dict[str, Path] = field(default_factory=dict)        # target -> installed plugin
     isa_only: dict[str, Path] = field(default_factory=dict)     # target -> directory of device assembly (HIP)
+    checked_only: dict[str, Path] = field(default_factory=dict)  # target -> its generated sources, checked against
+                                                                 # the SYCL headers (no DPC++ compiler, no plugin)
     skipped: dict[str, str] = field(default_factory=dict)       # target -> reason
     loader: Path | None = None
     up_to_date: bool = False
@@ -179,12 +181,15 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
     key_file = build_dir / "key.json"
     hip = {s.target.name: codegen.hip_cmake_info(s.target) for s in chosen if s.target.backend.name == "hip"}
     isa_targets = {n for n, h in hip.items() if h["mode"] == "isa"}
+    sycl = {s.target.name: codegen.sycl_cmake_info(s.target) for s in chosen if s.target.backend.name == "sycl"}
+    check_targets = {n for n, i in sycl.items() if i["mode"] == "check"}
     outputs = {s.target.name: cmake_dir / "plugins" / f"libstrata_{s.target.name}.so" for s in chosen
-               if s.target.name not in isa_targets}
-    key = _key(chosen, tcs, {"loader": loader, "hip": hip}, codegen.templates_dir())
+               if s.target.name not in isa_targets | check_targets}
+    key = _key(chosen, tcs, {"loader": loader, "hip": hip, "sycl": sycl}, codegen.templates_dir())
 
     stale = not (key_file.is_file() and key_file.read_text() == key and all(p.is_file() for p in outputs.values())
                  and all(list((cmake_dir / "isa" / n).glob("*.s")) for n in isa_targets)
+                 and all(list((cmake_dir / "sycl-check" / n).glob("*.ok")) for n in check_targets)
                  and (not loader or list((cmake_dir / "loader").glob("_loader*.so"))))
     names = ", ".join(s.name for s in chosen) + (" + loader" if loader else "")
     if not stale:
@@ -196,7 +201,7 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
                                           flags=_target_flags(s, tcs[s.target.name]))
                     for s in chosen]
         codegen.copy_abi_header(gen_dir)
-        codegen.render_cmake(rendered, gen_dir, loader=loader, hip=hip)
+        codegen.render_cmake(rendered, gen_dir, loader=loader, hip=hip, sycl=sycl)
         cmake = _tool("cmake", "cmake", (3, 26))
         ninja = _tool("ninja", "ninja")
         env = dict(os.environ)
@@ -233,6 +238,15 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
             raise BuildError(f"the build finished but no ISA was written for {name} in {isa_dir}")
         result.isa_only[name] = isa_dir
         log(f"strata-kernels: {name}: ISA only, no plugin: {hip[name]['why']} ({len(files)} file(s) in {isa_dir})")
+    for name in sorted(check_targets):
+        stamps = sorted((cmake_dir / "sycl-check" / name).glob("*.ok"))
+        if not stamps:
+            raise BuildError(f"the build finished but no SYCL header check of {name} was recorded in "
+                             f"{cmake_dir / 'sycl-check' / name}")
+        result.checked_only[name] = gen_dir / name
+        h = sycl[name]["headers"]
+        log(f"strata-kernels: {name}: checked against the SYCL headers of {h['origin']} ({h['include']}), no plugin: "
+            f"{sycl[name]['why']} ({len(stamps)} source(s) in {gen_dir / name}, by {sycl[name]['cxx']})")
     for name, src in outputs.items():
         if not src.is_file():
             raise BuildError(f"the build finished but {src} is missing")

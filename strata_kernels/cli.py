@@ -17,10 +17,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"data:      {targets.data_root()}")
     print("toolchains:")
     for name, finder in (("host C++", toolchains.host_cxx), ("nvcc", toolchains.nvcc),
-                         ("HIP clang", toolchains.hip_clang), ("SYCL", toolchains.sycl)):
+                         ("HIP clang", toolchains.hip_clang)):
         tc = finder()
         state = f"{tc.version or '?'} at {tc.path}" if tc.available else f"not available: {tc.reason}"
         print(f"  {name:<10} {state}")
+    print(f"  {'SYCL':<10} {toolchains.describe_sycl(toolchains.sycl())}")
     print("plugins:")
     plugins = resolve.find_plugins()
     if not plugins:
@@ -57,6 +58,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     res = build.build(args.targets, build_dir=Path(args.build_dir) if args.build_dir else None,
                       install_dir=Path(args.out) if args.out else None, jobs=args.jobs)
     isa = f", {len(res.isa_only)} to ISA only" if res.isa_only else ""
+    isa += f", {len(res.checked_only)} checked against headers only" if res.checked_only else ""
     print(f"built {len(res.built)} plugin(s){isa}, skipped {len(res.skipped)} in {res.seconds:.1f} s"
           + (" (up to date)" if res.up_to_date else ""))
     if args.out and res.built:

@@ -177,7 +177,7 @@ def copy_abi_header(gen_dir: Path) -> Path:
 
 
 def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict | None = None,
-                 root: Path | None = None, hip: dict | None = None) -> Path:
+                 root: Path | None = None, hip: dict | None = None, sycl: dict | None = None) -> Path:
     """The one CMake project that builds every selected target (and, for pip, the nanobind loader)."""
     env = environment(root)
     targets = []
@@ -187,6 +187,7 @@ def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict 
             "name": t.name, "backend": t.backend.name, "arch": t.arch, "ptx": r.ptx,
             "sources": [p.relative_to(gen_dir).as_posix() for p in r.sources],
             "flags": r.flags, "cflags": list(t.cflags), "hip": (hip or {}).get(t.name),
+            "sycl": (sycl or {}).get(t.name),
         })
     ctx = {
         "template_name": "cmake/CMakeLists.txt.j2", "target": "all", "cmt": "#",
@@ -209,7 +210,8 @@ def generate(selections: list[Selection], out: Path, *, toolchains: dict | None 
         tc = (toolchains or {}).get(sel.target.name)
         rendered.append(render_target(sel, out, toolchain=tc, flags=(flags or {}).get(sel.target.name)))
     hip = {r.name: hip_cmake_info(r.target) for r in rendered if r.target.backend.name == "hip"}
-    render_cmake(rendered, out, hip=hip)
+    sycl = {r.name: sycl_cmake_info(r.target) for r in rendered if r.target.backend.name == "sycl"}
+    render_cmake(rendered, out, hip=hip, sycl=sycl)
     return rendered
 
 
@@ -223,3 +225,24 @@ def hip_cmake_info(target: Target) -> dict:
     mode, why = toolchains.hip_build_mode(tc, target.arch)
     return {"mode": mode, "clang": tc.path, "flags": toolchains.hip_flags(tc, target.arch, mode),
             "runtime": tc.extra.get("libamdhip64") or "", "why": why}
+
+
+def sycl_cmake_info(target: Target) -> dict:
+    """How the CMake project builds a SYCL target: with a DPC++ compiler, objects and a plugin linked by it
+    ('plugin'); else each source checked against the SYCL headers by a host compiler ('check'). ``depends``: files
+    whose change must re-run the commands (the compiler, or the headers' version.hpp); ``headers``: what was checked
+    against. Without either (``generate`` needs none) the project names a plain c++ and checks syntax only."""
+    from . import toolchains
+    tc = toolchains.sycl()
+    if not tc.available:
+        return {"mode": "check", "cxx": "c++", "flags": ["-std=c++17", "-fsyntax-only"], "depends": [],
+                "headers": None, "why": tc.reason}
+    mode, why = toolchains.sycl_build_mode(tc)
+    if mode == "plugin":
+        return {"mode": mode, "cxx": tc.path, "flags": toolchains.sycl_flags(tc, mode), "depends": [tc.path],
+                "link": ["-fsycl", "-shared", "-fPIC"], "headers": None, "why": why, "version": tc.version}
+    h = tc.extra["headers"]
+    version_hpp = h.include / "sycl" / "version.hpp"
+    return {"mode": mode, "cxx": tc.path, "flags": toolchains.sycl_flags(tc, mode),
+            "depends": [version_hpp.as_posix()] if version_hpp.is_file() else [],
+            "headers": {"origin": h.origin, "include": h.include.as_posix(), "version": h.version}, "why": why}

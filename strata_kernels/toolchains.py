@@ -11,9 +11,9 @@ from pathlib import Path
 
 from .targets import Target
 
-# Backends the generated CMake project can build into plugins today. The others are rendered and
-# compile-checked by their own tests until their build lands.
-BUILDABLE_BACKENDS = ("cpu", "cuda", "hip")
+# Backends the generated CMake project can build. A backend outside it is rendered and compile-checked by its own
+# tests until its build lands.
+BUILDABLE_BACKENDS = ("cpu", "cuda", "hip", "sycl")
 
 
 @dataclass(frozen=True)
@@ -158,16 +158,191 @@ def hip_flags(tc: Toolchain, gfx: str, mode: str) -> list[str]:
     return common + ["-nogpulib", "--offload-device-only", "-S"]
 
 
+# ------------------------------------------------------------------------------------------------ SYCL
+# Two ways to build the sycl target: with a DPC++ compiler, a loadable plugin ('plugin'); without one, each generated
+# source is compiled against the SYCL 2020 headers of the intel-sycl-rt wheel (or a oneAPI install) by a host C++
+# compiler in syntax-only mode ('check'): the kernel lambdas are instantiated, so their bodies are type-checked, but
+# no device code and no plugin result.
+
+NO_DPCPP = "no DPC++ compiler (install Intel oneAPI DPC++: icpx -fsycl)"
+
+
+def _is_dpcpp(version_text: str) -> bool:
+    return any(w in version_text for w in ("oneAPI", "DPC++", "intel/llvm", "Intel(R)"))
+
+
+@lru_cache(maxsize=None)
+def dpcpp() -> Toolchain:
+    """A DPC++ compiler: ``$SYCL_CXX``, ``$CMPLR_ROOT/bin/icpx``, ``icpx`` on PATH, oneAPI's default install, or a
+    clang++ whose ``--version`` says Intel / oneAPI / DPC++ (an intel/llvm build)."""
+    explicit = os.environ.get("SYCL_CXX")
+    if explicit:
+        path = shutil.which(explicit) or (explicit if Path(explicit).is_file() else None)
+        out = _run_version([path, "--version"]) if path else ""
+        if not out:
+            return Toolchain("dpcpp", None, None, f"SYCL_CXX={explicit} does not run (point it at icpx)")
+        m = re.search(r"(\d+\.\d+(\.\d+)?)", out)
+        return Toolchain("dpcpp", path, m.group(1) if m else None)
+    names = [str(Path(os.environ["CMPLR_ROOT"]) / "bin" / "icpx")] if os.environ.get("CMPLR_ROOT") else []
+    names += ["icpx", "/opt/intel/oneapi/compiler/latest/bin/icpx", "clang++"]
+    for n in names:
+        path = shutil.which(n) or (n if Path(n).is_file() and os.access(n, os.X_OK) else None)
+        if not path:
+            continue
+        out = _run_version([path, "--version"])
+        if _is_dpcpp(out):
+            m = re.search(r"(\d+\.\d+(\.\d+)?)", out)
+            return Toolchain("dpcpp", path, m.group(1) if m else None)
+    return Toolchain("dpcpp", None, None, NO_DPCPP)
+
+
+@dataclass(frozen=True)
+class SyclHeaders:
+    include: Path                 # <include>/sycl/sycl.hpp
+    origin: str                   # "intel-sycl-rt 2026.2.0", "$SYCL_INCLUDE_DIR", "oneAPI (/opt/intel/...)"
+    version: str                  # libsycl version from sycl/version.hpp, e.g. "9.0.0 (20260930)"
+    lib: Path | None = None       # directory of libsycl.so (host link, runtime)
+    jit: Path | None = None       # libsycl-jit.so: the runtime compiler of the kernel_compiler extension
+
+
+def _site_packages() -> list[str | None]:
+    """Where installed wheels are looked for: this environment (None: sys.path), then, from a virtual environment,
+    its base interpreter's site-packages (a wheel's headers and libraries there are usable as they are)."""
+    import sys
+    import sysconfig
+    paths: list[str | None] = [None]
+    if sys.base_prefix != sys.prefix:
+        paths.append(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"])
+    return paths
+
+
+def installed_wheel_file(dist: str, name: str) -> tuple[Path, str] | None:
+    """(installed path, wheel version) of the file ``name`` (a basename or a path suffix) of the wheel ``dist``,
+    found through its RECORD (its data files land in ``<prefix>/include`` and ``<prefix>/lib``)."""
+    import importlib.metadata as metadata
+    for where in _site_packages():
+        dists = metadata.distributions(name=dist) if where is None else metadata.distributions(name=dist, path=[where])
+        for d in dists:
+            for f in d.files or []:
+                s = str(f).replace("\\", "/")
+                if s == name or s.endswith("/" + name):
+                    p = Path(d.locate_file(f)).resolve()
+                    if p.exists():
+                        return p, d.version
+    return None
+
+
+def _sycl_version(include: Path) -> str:
+    vh = include / "sycl" / "version.hpp"
+    text = vh.read_text(errors="replace") if vh.is_file() else ""
+    parts = [re.search(rf"#define __LIBSYCL_{k}_VERSION (\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+    date = re.search(r"#define __SYCL_COMPILER_VERSION (\d+)", text)
+    v = ".".join(m.group(1) for m in parts if m) or "unknown"
+    return f"{v} ({date.group(1)})" if date else v
+
+
+@lru_cache(maxsize=None)
+def find_sycl_headers() -> tuple[SyclHeaders | None, str]:
+    """The SYCL headers (and, beside them, libsycl and the runtime compiler), or None and why.
+
+    Order: ``$SYCL_INCLUDE_DIR`` (with ``$SYCL_LIB_DIR``); a oneAPI compiler (``$CMPLR_ROOT``, ``icpx`` on PATH,
+    ``/opt/intel/oneapi/compiler/latest``); the ``intel-sycl-rt`` wheel of this environment or of its base interpreter.
+    """
+    def make(include: Path, origin: str, lib: Path | None) -> SyclHeaders:
+        lib = lib if lib and (lib / "libsycl.so").exists() else None
+        jit = lib / "libsycl-jit.so" if lib and (lib / "libsycl-jit.so").exists() else None
+        return SyclHeaders(include, origin, _sycl_version(include), lib, jit)
+
+    env = os.environ.get("SYCL_INCLUDE_DIR")
+    if env:
+        inc = Path(env)
+        if not (inc / "sycl" / "sycl.hpp").is_file():
+            return None, f"SYCL_INCLUDE_DIR={env} has no sycl/sycl.hpp"
+        lib = Path(os.environ["SYCL_LIB_DIR"]) if os.environ.get("SYCL_LIB_DIR") else inc.parent / "lib"
+        return make(inc, "$SYCL_INCLUDE_DIR", lib), ""
+    roots = [Path(os.environ["CMPLR_ROOT"])] if os.environ.get("CMPLR_ROOT") else []
+    icpx = shutil.which("icpx")
+    if icpx:
+        roots.append(Path(icpx).resolve().parent.parent)
+    roots.append(Path("/opt/intel/oneapi/compiler/latest"))
+    for r in roots:
+        if (r / "include" / "sycl" / "sycl.hpp").is_file():
+            return make(r / "include", f"oneAPI ({r})", r / "lib"), ""
+    hpp = installed_wheel_file("intel-sycl-rt", "include/sycl/sycl.hpp")
+    if hpp:
+        lib = installed_wheel_file("intel-sycl-rt", "libsycl.so")
+        return make(hpp[0].parent.parent, f"intel-sycl-rt {hpp[1]}", lib[0].parent if lib else None), ""
+    return None, ("no SYCL headers: pip install intel-sycl-rt (the headers land in <prefix>/include/sycl), or set "
+                  "SYCL_INCLUDE_DIR, or install Intel oneAPI DPC++")
+
+
+@lru_cache(maxsize=None)
+def host_compilers() -> tuple[tuple[str, str], ...]:
+    """(kind, path) for the host C++ compilers found: clang ("clang") and GCC ("gcc"), at most one of each,
+    clang first; ``$CXX`` takes its kind's place."""
+    found: dict[str, str] = {}
+    for n in (os.environ.get("CXX"), "clang++-19", "clang++-20", "clang++-18", "clang++", "g++"):
+        path = shutil.which(n) if n else None
+        if not path:
+            continue
+        out = _run_version([path, "--version"])
+        kind = "clang" if "clang" in out else "gcc" if ("GCC" in out or "g++" in out or "Free Software" in out) else ""
+        if kind and kind not in found:
+            found[kind] = path
+    return tuple(sorted(found.items()))
+
+
+def sycl_host_flags(kind: str, headers: SyclHeaders) -> list[str]:
+    """Host-compiling SYCL sources without -fsycl: the headers' host half, our code at full checking."""
+    flags = ["-std=c++17", "-isystem", str(headers.include), "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING"]
+    if kind == "clang":  # the kernel attribute is unknown without -fsycl; parallel_for's inner overload is deprecated
+        return flags + ["-Wno-unknown-attributes", "-Wno-deprecated-declarations"]
+    return flags + ["-Wno-attributes", "-Wno-deprecated-declarations"]
+
+
 @lru_cache(maxsize=None)
 def sycl() -> Toolchain:
-    for n in ("icpx", "clang++"):
-        w = shutil.which(n)
-        if w:
-            out = _run_version([w, "-fsycl", "--version"])
-            if "oneAPI" in out or "DPC++" in out or "intel" in out.lower():
-                m = re.search(r"(\d+\.\d+(\.\d+)?)", out)
-                return Toolchain("sycl", w, m.group(1) if m else None)
-    return Toolchain("sycl", None, None, "no SYCL compiler found (install Intel oneAPI DPC++: icpx -fsycl)")
+    """What builds the sycl target here. extra: mode ('plugin': a DPC++ compiler, path and version are its; 'check':
+    path is a host C++ compiler, version the SYCL headers', headers a SyclHeaders, host_kind 'clang' | 'gcc', why:
+    why there is no plugin)."""
+    dp = dpcpp()
+    if dp.available:
+        return Toolchain("dpcpp", dp.path, dp.version, extra={"mode": "plugin"})
+    headers, why = find_sycl_headers()
+    hosts = dict(host_compilers())
+    kind = "clang" if "clang" in hosts else "gcc" if "gcc" in hosts else None
+    if headers is None or kind is None:
+        if headers is not None:
+            why = ("no host C++ compiler to check the sources against the SYCL headers "
+                   "(apt-get install clang-19, or g++)")
+        return Toolchain("sycl", None, None, f"{dp.reason}; nor can the sources be checked here: {why}")
+    return Toolchain("sycl-headers", hosts[kind], headers.version, extra={
+        "mode": "check", "headers": headers, "host_kind": kind, "why": dp.reason})
+
+
+def sycl_build_mode(tc: Toolchain) -> tuple[str, str]:
+    """('plugin', '') with a DPC++ compiler, else ('check', why): the sources are checked against the headers only."""
+    if tc.extra.get("mode") == "plugin":
+        return "plugin", ""
+    return "check", tc.extra.get("why") or tc.reason or NO_DPCPP
+
+
+def sycl_flags(tc: Toolchain, mode: str) -> list[str]:
+    """Flags for one SYCL source: an object for the plugin (DPC++), or a syntax-only check against the headers."""
+    if mode == "plugin":
+        return ["-fsycl", "-fPIC", "-O3", "-std=c++17", "-ffp-contract=off", "-fvisibility=hidden", "-c"]
+    return sycl_host_flags(tc.extra["host_kind"], tc.extra["headers"]) + ["-fsyntax-only"]
+
+
+def describe_sycl(tc: Toolchain) -> str:
+    """One line for ``strata-kernels info`` and the build log."""
+    if not tc.available:
+        return f"not available: {tc.reason}"
+    if tc.extra.get("mode") == "plugin":
+        return f"plugin: DPC++ {tc.version or '?'} at {tc.path}"
+    h: SyclHeaders = tc.extra["headers"]
+    return (f"check only: the SYCL headers of {h.origin} ({h.include}, libsycl {h.version}) with {tc.path}; "
+            f"no plugin: {tc.extra['why']}")
 
 
 # Looked up by name at call time (tests replace a finder to simulate a missing toolchain).
@@ -183,6 +358,8 @@ def for_target(target: Target) -> Toolchain:
         return Toolchain(tc.name, tc.path, tc.version,
                          f"plugin builds for the {target.backend.name} backend are not part of this version "
                          f"(its generated sources are compile-checked by tests/toolchain)")
+    if tc.extra.get("mode") == "check":  # no compiler of the target's toolkit: its floors do not apply
+        return tc
     v = _version_tuple(tc.version)
     if target.toolkit_min and v < _version_tuple(target.toolkit_min):
         return Toolchain(tc.name, tc.path, tc.version,
@@ -196,5 +373,7 @@ def for_target(target: Target) -> Toolchain:
 
 
 def clear_cache() -> None:
-    for name in _FINDERS.values():
-        globals()[name].cache_clear()
+    for name in (*_FINDERS.values(), "dpcpp", "find_sycl_headers", "host_compilers"):
+        f = globals()[name]
+        if hasattr(f, "cache_clear"):  # a test may have replaced a finder by a plain function
+            f.cache_clear()

@@ -64,6 +64,10 @@ def family_toolchain(family: str, members: list[Target]) -> toolchains.Toolchain
     tc = toolchains.for_target(members[0])
     if not tc.available and not tc.path:
         return tc
+    if members[0].backend.name == "sycl" and tc.available:
+        mode, why = toolchains.sycl_build_mode(tc)
+        if mode != "plugin":  # header checks only: nothing a wheel could carry
+            return toolchains.Toolchain(tc.name, tc.path, tc.version, f"family {family} needs a SYCL plugin: {why}")
     m = re.fullmatch(r"cuda(\d+)", family)
     if m:
         base = toolchains.nvcc()
@@ -254,6 +258,10 @@ def build_family_wheel(family: str, out: Path, *, targets: str | None = None, bu
             raise BuildError(f"family {family}: {', '.join(sorted(res.isa_only))} could only be compiled to ISA here "
                              f"(no device libraries), and a wheel carries loadable plugins only; build with a ROCm "
                              f">= 6 toolchain (ROCM_PATH), or name the loadable subset with --targets")
+        if res.checked_only:
+            raise BuildError(f"family {family}: {', '.join(sorted(res.checked_only))} could only be checked against "
+                             f"the SYCL headers here (no DPC++ compiler), and a wheel carries loadable plugins only; "
+                             f"build with Intel oneAPI DPC++ (icpx -fsycl on PATH, or SYCL_CXX)")
         missing = [t.name for t in chosen if t.name not in res.built]
         if missing:
             raise BuildError(f"family {family}: {', '.join(missing)} were not built")
@@ -270,7 +278,8 @@ def build_family_wheel(family: str, out: Path, *, targets: str | None = None, bu
                                                      + "\n").encode()
             result.sizes[name] = _size_row(name, so)
         tag = manylinux_tag([res.built[n] for n in sorted(res.built)])
-        plugin_names = sorted(res.built)
+        from .targets import _sort_key
+        plugin_names = sorted(res.built, key=_sort_key)
         report = {"family": family, "version": __version__, "toolchain": tc.as_dict(), "platform_tag": tag,
                   "targets": [result.sizes[n] for n in plugin_names],
                   "plugin_bytes_total": sum(r["plugin_bytes"] for r in result.sizes.values())}

@@ -1,11 +1,14 @@
 """The build driver: one CMake project, a no-op rebuild does nothing, an edit rebuilds only what uses it,
 missing toolchains are skipped with one line (an error when named), plugins installed atomically."""
+import os
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from strata_kernels import build, targets, toolchains
-from strata_kernels.errors import ToolchainError
+from strata_kernels.errors import BuildError, ToolchainError
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +90,111 @@ def test_hip_targets_build_a_plugin_or_isa_and_say_which(tmp_path, data_env):
         isa = "\n".join(p.read_text() for p in r.isa_only["gfx1201"].glob("*.s"))
         assert ".amdgcn_target" in isa and "gfx1201" in isa
         assert any("gfx1201: ISA only" in l and why in l for l in logs), logs
+
+
+FAKE_DPCPP = """#!/bin/sh
+# A stand-in for icpx: answers --version like Intel's DPC++, records every other call, writes what -o names.
+case " $* " in *" --version "*) echo "Intel(R) oneAPI DPC++/C++ Compiler 2025.0.4 (2025.0.4.20241205)"; exit 0;; esac
+echo "$*" >> "$(dirname "$0")/calls.log"
+prev=""
+for a in "$@"; do
+  if [ "$prev" = "-o" ]; then printf 'fake %s\\n' "$a" > "$a"; fi
+  prev="$a"
+done
+"""
+
+
+@pytest.fixture()
+def fresh_toolchains():
+    """Finders see this test's PATH and replacements; later tests see the machine again."""
+    toolchains.clear_cache()
+    yield
+    toolchains.clear_cache()
+
+
+def _fake_dpcpp(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "fake-oneapi" / "bin"
+    bin_dir.mkdir(parents=True)
+    icpx = bin_dir / "icpx"
+    icpx.write_text(FAKE_DPCPP)
+    icpx.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    for var in ("SYCL_CXX", "CMPLR_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+    toolchains.clear_cache()
+    return bin_dir
+
+
+def test_sycl_without_dpcpp_is_checked_against_the_headers(tmp_path, data_env, monkeypatch, fresh_toolchains):
+    """No DPC++ compiler: every generated source is compiled against the SYCL headers, no plugin; a no-op rebuild
+    does nothing; an error in a source fails the build; a DPC++ compiler appearing switches to a plugin build."""
+    real_dpcpp = toolchains.dpcpp
+    monkeypatch.setattr(toolchains, "dpcpp", lambda: toolchains.Toolchain("dpcpp", None, None, toolchains.NO_DPCPP))
+    tc = toolchains.sycl()
+    if not tc.available:
+        pytest.skip(f"no SYCL headers or host compiler here: {tc.reason}")
+    logs = []
+    r = build.build("sycl", build_dir=tmp_path / "b", install_dir=tmp_path / "p", log=logs.append)
+    assert r.checked_only == {"sycl": tmp_path / "b" / "gen" / "sycl"} and not r.built and not r.skipped
+    assert not (tmp_path / "p").exists() or not list((tmp_path / "p").iterdir()), "a plugin was installed"
+    headers = tc.extra["headers"]
+    lines = [l for l in logs if "sycl: checked against the SYCL headers of" in l]
+    assert len(lines) == 1, logs
+    assert f"{headers.origin} ({headers.include})" in lines[0]
+    assert "no plugin: no DPC++ compiler (install Intel oneAPI DPC++: icpx -fsycl)" in lines[0]
+    assert any(re.fullmatch(r"strata-kernels: compiled in \d+\.\d s", l) for l in logs), logs
+    assert sum("SYCL header check:" in l for l in logs) == 2, logs  # the kernel source and the plugin entry
+    assert r.seconds > 0
+
+    logs.clear()
+    r = build.build("sycl", build_dir=tmp_path / "b", install_dir=tmp_path / "p", log=logs.append)
+    assert r.up_to_date and "sycl" in r.checked_only and not any("compiling" in l for l in logs), logs
+
+    # The check has teeth: a source that does not compile against the headers fails the build, naming it.
+    tpl = data_env / "templates" / "sycl" / "fp32.cpp.j2"
+    original = tpl.read_text()
+    tpl.write_text(original + '\nstatic_assert(sizeof(sycl::nd_item<1>) == 0, "strata: check-mode probe");\n')
+    try:
+        with pytest.raises(BuildError, match=r"(?s)fp32_256_12\.cpp.*check-mode probe"):
+            build.build("sycl", build_dir=tmp_path / "b", install_dir=tmp_path / "p", log=logs.append)
+    finally:
+        tpl.write_text(original)
+
+    # Switching to a DPC++ compiler changes the build key: the same build directory now builds a plugin.
+    monkeypatch.setattr(toolchains, "dpcpp", real_dpcpp)
+    _fake_dpcpp(tmp_path, monkeypatch)
+    logs.clear()
+    r = build.build("sycl", build_dir=tmp_path / "b", install_dir=tmp_path / "p", log=logs.append)
+    assert not r.up_to_date and set(r.built) == {"sycl"} and not r.checked_only, logs
+
+
+def test_sycl_with_dpcpp_compiles_with_fsycl_and_links_a_plugin(tmp_path, data_env, monkeypatch, fresh_toolchains):
+    """With a DPC++ compiler (a recording stand-in here) each source is compiled with -fsycl and DPC++ links the
+    plugin with the flags every plugin gets (only strata_plugin_entry exported, no static symbol table)."""
+    bin_dir = _fake_dpcpp(tmp_path, monkeypatch)
+    tc = toolchains.sycl()
+    assert (tc.extra.get("mode"), tc.path, tc.version) == ("plugin", str(bin_dir / "icpx"), "2025.0.4")
+    logs = []
+    r = build.build("sycl", build_dir=tmp_path / "b", install_dir=tmp_path / "p", log=logs.append)
+    assert r.built == {"sycl": tmp_path / "p" / "libstrata_sycl.so"} and not r.checked_only, logs
+    assert not any("checked against" in l for l in logs), logs
+
+    calls = (bin_dir / "calls.log").read_text().splitlines()
+    compiles = [c.split() for c in calls if " -c " in f" {c} "]
+    links = [c.split() for c in calls if "-shared" in c.split()]
+    assert sorted(Path(c[-3]).name for c in compiles) == ["fp32_256_12.cpp", "plugin.cpp"], calls
+    for c in compiles:
+        assert {"-fsycl", "-fPIC", "-O3", "-std=c++17", "-ffp-contract=off", "-c"} <= set(c), c
+        assert any(a.startswith("-I") and a.endswith("/include") for a in c), c
+    assert len(links) == 1, calls
+    link = links[0]
+    assert "-fsycl" in link and link[link.index("-o") + 1].endswith("/plugins/libstrata_sycl.so")
+    assert sorted(Path(a).name for a in link if a.endswith(".o")) == ["sycl_fp32_256_12.cpp.o", "sycl_plugin.cpp.o"]
+    assert {"-Wl,--strip-all", "-Wl,--exclude-libs,ALL", "-Wl,-z,noexecstack"} <= set(link), link
+    assert any(a.startswith("-Wl,--version-script=") for a in link), link
+    ninja = (tmp_path / "b" / "cmake" / "build.ninja").read_text()
+    assert "-fsycl" in ninja and "libstrata_sycl.so" in ninja
+
+    logs.clear()
+    r = build.build("sycl", build_dir=tmp_path / "b", install_dir=tmp_path / "p", log=logs.append)
+    assert r.up_to_date and r.built == {"sycl": tmp_path / "p" / "libstrata_sycl.so"}, logs

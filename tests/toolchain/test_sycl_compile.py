@@ -23,20 +23,20 @@ Tools: ``pip install intel-sycl-rt intel-opencl-rt``; ``apt-get install clang-19
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata as metadata
 import os
 import re
 import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from strata_kernels import codegen, reference, targets, testing
+from strata_kernels import codegen, reference, targets, testing, toolchains
+from strata_kernels.toolchains import SyclHeaders, find_sycl_headers, host_compilers
 
 pytestmark = pytest.mark.toolchain
 
@@ -50,106 +50,12 @@ def rendered_source_names(t: targets.Target) -> list[str]:
     return [f"{v}_{g.head_dim}_{g.group}{ext}" for v in t.all_variants for g in t.geometries] + [PLUGIN_SOURCE + ext]
 
 
-# ------------------------------------------------------------------------------- toolchain discovery (helper)
-# Proposed for strata_kernels.toolchains (see the report).
-
-@dataclass(frozen=True)
-class SyclHeaders:
-    include: Path                 # <include>/sycl/sycl.hpp
-    origin: str                   # "intel-sycl-rt 2026.2.0", "$SYCL_INCLUDE_DIR", "oneAPI (icpx)"
-    version: str                  # libsycl version from sycl/version.hpp, e.g. "9.0.0 (20260930)"
-    lib: Path | None = None       # directory of libsycl.so (host link, runtime)
-    jit: Path | None = None       # libsycl-jit.so: the runtime compiler of the kernel_compiler extension
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
-
-
-def _wheel_file(dist: str, name: str) -> Path | None:
-    """The installed path of the file ``name`` (a basename, or a path suffix) of the wheel ``dist``."""
-    try:
-        files = metadata.distribution(dist).files or []
-    except metadata.PackageNotFoundError:
-        return None
-    for f in files:
-        s = str(f).replace("\\", "/")
-        if s == name or s.endswith("/" + name):
-            p = Path(metadata.distribution(dist).locate_file(f)).resolve()
-            if p.exists():
-                return p
-    return None
-
-
-def _sycl_version(include: Path) -> str:
-    text = (include / "sycl" / "version.hpp").read_text(errors="replace") if (
-        include / "sycl" / "version.hpp").is_file() else ""
-    parts = [re.search(rf"#define __LIBSYCL_{k}_VERSION (\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
-    date = re.search(r"#define __SYCL_COMPILER_VERSION (\d+)", text)
-    v = ".".join(m.group(1) for m in parts if m) or "unknown"
-    return f"{v} ({date.group(1)})" if date else v
-
-
-def find_sycl_headers() -> tuple[SyclHeaders | None, str]:
-    """The SYCL headers (and, beside them, libsycl and the runtime compiler), or None and why.
-
-    Order: ``$SYCL_INCLUDE_DIR`` (with ``$SYCL_LIB_DIR``); a oneAPI compiler (``$CMPLR_ROOT``, ``icpx`` on PATH,
-    ``/opt/intel/oneapi/compiler/latest``); the ``intel-sycl-rt`` wheel, found through its RECORD (its data files
-    land in ``<prefix>/include`` and ``<prefix>/lib`` of the environment it was installed into).
-    """
-    def make(include: Path, origin: str, lib: Path | None) -> SyclHeaders:
-        lib = lib if lib and (lib / "libsycl.so").exists() else None
-        jit = lib / "libsycl-jit.so" if lib and (lib / "libsycl-jit.so").exists() else None
-        return SyclHeaders(include, origin, _sycl_version(include), lib, jit)
-
-    env = os.environ.get("SYCL_INCLUDE_DIR")
-    if env:
-        inc = Path(env)
-        if not (inc / "sycl" / "sycl.hpp").is_file():
-            return None, f"SYCL_INCLUDE_DIR={env} has no sycl/sycl.hpp"
-        lib = Path(os.environ["SYCL_LIB_DIR"]) if os.environ.get("SYCL_LIB_DIR") else inc.parent / "lib"
-        return make(inc, "$SYCL_INCLUDE_DIR", lib), ""
-    roots = [Path(os.environ["CMPLR_ROOT"])] if os.environ.get("CMPLR_ROOT") else []
-    icpx = shutil.which("icpx")
-    if icpx:
-        roots.append(Path(icpx).resolve().parent.parent)
-    roots.append(Path("/opt/intel/oneapi/compiler/latest"))
-    for r in roots:
-        if (r / "include" / "sycl" / "sycl.hpp").is_file():
-            return make(r / "include", f"oneAPI ({r})", r / "lib"), ""
-    hpp = _wheel_file("intel-sycl-rt", "include/sycl/sycl.hpp")
-    if hpp:
-        lib = _wheel_file("intel-sycl-rt", "libsycl.so")
-        return make(hpp.parent.parent, f"intel-sycl-rt {metadata.version('intel-sycl-rt')}",
-                    lib.parent if lib else None), ""
-    return None, ("no SYCL headers: pip install intel-sycl-rt (the headers land in <prefix>/include/sycl), or set "
-                  "SYCL_INCLUDE_DIR, or install Intel oneAPI DPC++")
-
-
-def _run_text(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def host_compilers() -> list[tuple[str, str]]:
-    """(kind, path) for the host C++ compilers found: clang ("clang") and GCC ("gcc"), at most one of each."""
-    found: dict[str, str] = {}
-    for n in (os.environ.get("CXX"), "clang++-19", "clang++-20", "clang++-18", "clang++", "g++"):
-        path = shutil.which(n) if n else None
-        if not path:
-            continue
-        out = _run_text([path, "--version"])
-        kind = "clang" if "clang" in out else "gcc" if ("GCC" in out or "g++" in out or "Free Software" in out) else ""
-        if kind and kind not in found:
-            found[kind] = path
-    return sorted(found.items())
-
+# ------------------------------------------------------------------------------- toolchain discovery
+# The finders are the build's own (toolchains: the header-check mode of `build --targets sycl` uses them too).
 
 def compiler_flags(kind: str, sycl: SyclHeaders, include: Path) -> list[str]:
-    """Host-compiling SYCL sources without -fsycl: the headers' host half, our code at full checking."""
-    flags = ["-std=c++17", "-isystem", str(sycl.include), "-I", str(include), "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING"]
-    if kind == "clang":  # the kernel attribute is unknown without -fsycl; parallel_for's inner overload is deprecated
-        return flags + ["-Wno-unknown-attributes", "-Wno-deprecated-declarations"]
-    return flags + ["-Wno-attributes", "-Wno-deprecated-declarations"]
+    """Host-compiling SYCL sources without -fsycl (toolchains.sycl_host_flags), with the ABI header's directory."""
+    return toolchains.sycl_host_flags(kind, sycl) + ["-I", str(include)]
 
 
 # ------------------------------------------------------------------------------------------------ fixtures
@@ -190,7 +96,7 @@ def sycl() -> SyclHeaders:
 
 
 @pytest.fixture(scope="module")
-def compilers() -> list[tuple[str, str]]:
+def compilers() -> tuple[tuple[str, str], ...]:
     found = host_compilers()
     if not found:
         pytest.skip("SYCL compile checks need a host C++ compiler (apt-get install clang-19, or g++)")
@@ -449,7 +355,8 @@ def rtc(sycl, compilers, gen, tmp_path_factory):
     if sycl.lib is None or sycl.jit is None:
         pytest.skip(f"the device compile needs libsycl.so and libsycl-jit.so beside the headers of {sycl.origin} "
                     "(pip install intel-sycl-rt)")
-    ocl = _wheel_file("intel-opencl-rt", "libintelocl.so")
+    ocl_file = toolchains.installed_wheel_file("intel-opencl-rt", "libintelocl.so")
+    ocl = ocl_file[0] if ocl_file else None
     selector = os.environ.get("ONEAPI_DEVICE_SELECTOR", "opencl:cpu")
     if ocl is None and "ONEAPI_DEVICE_SELECTOR" not in os.environ:
         pytest.skip("the device compile needs a SYCL device: pip install intel-opencl-rt (an OpenCL CPU device), "
