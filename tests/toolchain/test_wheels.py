@@ -1,0 +1,199 @@
+"""Wheels as users get them (ARCHITECTURE §9): `pip wheel .` and `strata-kernels wheel --family`, their tags and
+contents, byte-identical rebuilds, the size budget, and an install into a fresh virtual environment with
+`--no-index` where `strata-kernels explain` lists the plugin wheel's targets until it is uninstalled."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from strata_kernels import __version__, toolchains, wheel
+
+pytestmark = pytest.mark.toolchain
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Size budgets (README, "Wheels"): the sum of a family's plugin files, in MB. A family that grows past its budget
+# fails here; raise the budget only with a reason written in the README.
+FAMILY_BUDGET_MB = {"cuda13": 8.0, "cuda12": 8.0, "rocm": 6.0, "sycl": 2.0}
+TARGET_BUDGET_MB = {"cuda": 1.6, "hip": 1.5}
+
+
+def _need_nvcc13():
+    tc = toolchains.nvcc()
+    if not tc.available or not (tc.version or "").startswith("13."):
+        pytest.skip(f"the cuda13 family needs a CUDA 13 nvcc: {tc.reason or tc.version}")
+
+
+def _wheel(family: str, out: Path, build_dir: Path, targets: str | None = None) -> wheel.WheelResult:
+    lines: list[str] = []
+    res = wheel.build_family_wheel(family, out, targets=targets, build_dir=build_dir, jobs=os.cpu_count(),
+                                   log=lines.append)
+    assert res.wheel is not None, "\n".join(lines[-20:])
+    return res
+
+
+@pytest.fixture(scope="module")
+def cuda13_family(tmp_path_factory):
+    _need_nvcc13()
+    tmp = tmp_path_factory.mktemp("cuda13")
+    return _wheel("cuda13", tmp / "dist", tmp / "build")
+
+
+def test_family_wheel_tags_contents_and_budget(cuda13_family):
+    res = cuda13_family
+    members = [t.name for t in wheel.family_targets("cuda13")]
+    name = res.wheel.name
+    assert name.startswith(f"strata_kernels_cuda13-{__version__}-py3-none-manylinux_2_") and name.endswith("_x86_64.whl")
+    with zipfile.ZipFile(res.wheel) as z:
+        files = set(z.namelist())
+        di = f"strata_kernels_cuda13-{__version__}.dist-info"
+        meta = z.read(f"{di}/METADATA").decode()
+        assert "Name: strata-kernels-cuda13" in meta and f"Requires-Dist: strata-kernels=={__version__}" in meta
+        assert z.read(f"{di}/entry_points.txt").decode() == \
+            "[strata_kernels.plugins]\ncuda13 = strata_kernels_cuda13\n"
+        assert f"Tag: py3-none-{name.split('-py3-none-')[1][:-4]}" in z.read(f"{di}/WHEEL").decode()
+        for t in members:
+            assert f"strata_kernels_cuda13/libstrata_{t}.so" in files
+            m = json.loads(z.read(f"strata_kernels_cuda13/manifests/{t}.json"))
+            assert m["target"] == t and m["families"] and "--compress-mode=size" in m["flags"]
+        report = json.loads(z.read("strata_kernels_cuda13/size-report.json"))
+    assert [r["target"] for r in report["targets"]] == members
+    assert json.loads(res.report.read_text())["wheel_bytes"] == res.wheel.stat().st_size
+    for r in report["targets"]:
+        assert set(r["needed"]) <= {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libdl.so.2",
+                                    "libpthread.so.0", "librt.so.1", "ld-linux-x86-64.so.2"}, r  # no libcudart
+        assert r["device_code_bytes"] > 0
+        assert r["plugin_bytes"] / 1e6 <= TARGET_BUDGET_MB["cuda"], r
+    assert report["plugin_bytes_total"] / 1e6 <= FAMILY_BUDGET_MB["cuda13"], report["plugin_bytes_total"]
+    # sm_120 carries the compute_120 PTX, so later GPUs can JIT it
+    m120 = json.loads(zipfile.ZipFile(res.wheel).read("strata_kernels_cuda13/manifests/sm_120.json"))
+    assert m120["ptx"] == ["compute_120"]
+
+
+def test_auditwheel_agrees_with_the_tag(cuda13_family):
+    aw = shutil.which("auditwheel") or (Path(sys.executable).parent / "auditwheel")
+    if not Path(aw).is_file():
+        pytest.skip("auditwheel is not installed (pip install auditwheel)")
+    p = subprocess.run([str(aw), "show", str(cuda13_family.wheel)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    tag = cuda13_family.wheel.name.split("-py3-none-")[1][:-4]
+    assert f'consistent with the following platform tag: "{tag}"' in " ".join(p.stdout.split()), p.stdout
+
+
+def test_family_wheel_rebuild_is_byte_identical(tmp_path):
+    _need_nvcc13()
+    build = tmp_path / "build"
+    first = _wheel("cuda13", tmp_path / "a", build, targets="sm_89")
+    shutil.rmtree(build)  # a clean rebuild, not a no-op
+    second = _wheel("cuda13", tmp_path / "b", build, targets="sm_89")
+    assert first.wheel.name == second.wheel.name
+    assert first.wheel.read_bytes() == second.wheel.read_bytes()
+
+
+def test_rocm_family_builds_loadable_plugins_only(tmp_path):
+    tc = toolchains.hip_clang()
+    if not tc.available:
+        pytest.skip(f"HIP toolchain unavailable: {tc.reason}")
+    if toolchains.hip_build_mode(tc, "gfx1030")[0] != "plugin":
+        pytest.skip("no device libraries for gfx1030 here")
+    from strata_kernels.errors import BuildError
+    if toolchains.hip_build_mode(tc, "gfx1100")[0] == "isa":
+        with pytest.raises(BuildError, match="loadable plugins only.*--targets"):
+            wheel.build_family_wheel("rocm", tmp_path / "all", build_dir=tmp_path / "b", log=lambda m: None)
+    res = _wheel("rocm", tmp_path / "dist", tmp_path / "b", targets="gfx1030")
+    report = json.loads(res.report.read_text())
+    (row,) = report["targets"]
+    assert row["target"] == "gfx1030" and row["device_code_bytes"] > 0
+    assert row["plugin_bytes"] / 1e6 <= TARGET_BUDGET_MB["hip"]
+    assert any(n.startswith("libamdhip64") for n in row["needed"])  # the HIP runtime comes from the ROCm install
+    assert res.wheel.name.startswith(f"strata_kernels_rocm-{__version__}-py3-none-manylinux_2_")
+
+
+# ------------------------------------------------------------------------------------------- the core wheel
+
+def _core_wheel(python: str, out: Path) -> Path:
+    env = dict(os.environ, STRATA_TARGETS="cpu")
+    env.pop("SOURCE_DATE_EPOCH", None)
+    p = subprocess.run([python, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(out)],
+                       capture_output=True, text=True, env=env, timeout=1200)
+    if p.returncode != 0 and ("No matching distribution" in p.stderr or "Could not find" in p.stderr):
+        pytest.skip(f"the build requirements could not be installed (offline?): {p.stderr[-300:]}")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    (whl,) = out.glob("strata_kernels-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def core_wheel(tmp_path_factory) -> Path:
+    return _core_wheel(sys.executable, tmp_path_factory.mktemp("core"))
+
+
+def test_core_wheel_tags_contents_and_reproducibility(core_wheel, tmp_path):
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    abi = "abi3" if sys.version_info >= (3, 12) else py
+    assert core_wheel.name.startswith(f"strata_kernels-{__version__}-{'cp312' if abi == 'abi3' else py}-{abi}-"
+                                      "manylinux_2_"), core_wheel.name
+    with zipfile.ZipFile(core_wheel) as z:
+        names = z.namelist()
+    assert "strata_kernels/plugins/libstrata_cpu.so" in names
+    assert [n for n in names if n.startswith("strata_kernels/plugins/")] == ["strata_kernels/plugins/libstrata_cpu.so"]
+    assert any(n.startswith("strata_kernels/_loader") for n in names)
+    assert "strata_kernels/data/backends/cuda.toml" in names
+    assert any(n.startswith("strata_kernels/data/templates/cuda/") for n in names)
+    again = _core_wheel(sys.executable, tmp_path)
+    assert again.read_bytes() == core_wheel.read_bytes(), "two `pip wheel .` runs gave different bytes"
+
+
+# ------------------------------------------------------------------------------------------- a fresh venv
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory) -> Path:
+    """The core wheel's dependencies as wheels, so the install below can run with --no-index."""
+    d = tmp_path_factory.mktemp("wheelhouse")
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(d),
+                        "numpy>=1.24", "jinja2>=3.1"], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        pytest.skip(f"could not fetch numpy/jinja2 wheels for the offline install: {p.stderr[-300:]}")
+    return d
+
+
+def test_fresh_venv_install_explain_and_uninstall(core_wheel, cuda13_family, wheelhouse, tmp_path):
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    py, exe = env_dir / "bin" / "python", env_dir / "bin" / "strata-kernels"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRATA_", "PYTHON"))}
+    env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+
+    def run(*args: str) -> str:
+        p = subprocess.run([*args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+        assert p.returncode == 0, f"{' '.join(args)} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        return p.stdout
+
+    run(str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(core_wheel.parent),
+        "--find-links", str(cuda13_family.wheel.parent), "--find-links", str(wheelhouse),
+        "strata-kernels", "strata-kernels-cuda13")
+    run(str(py), "-m", "pip", "check")
+    members = [t.name for t in wheel.family_targets("cuda13")]
+    text = run(str(exe), "explain", "--simulate", "sm_89,sm_121,cpu")
+    for t in members:
+        assert f"libstrata_{t}.so" in text and "[entry point cuda13" in text, text
+    assert "site-packages/strata_kernels_cuda13/" in text
+    blocks = {b.split()[1]: b for b in text.split("\n\n")[1:] if b.strip()}
+    assert "=> chosen: sm_89" in blocks["sm_89"]
+    assert "=> chosen: sm_120" in blocks["sm_121"]  # same-major older SASS
+    assert "=> chosen: cpu" in blocks["x86_64"] or "=> chosen: cpu" in text
+    # the installed core computes: the CPU plugin against the FP64 reference, the smallest parity run
+    out = run(str(exe), "parity", "--quick", "--cases", "1")
+    assert "PASSED: 1 " in out and "FAILURES: 0" in out, out
+    run(str(py), "-m", "pip", "uninstall", "-y", "-q", "strata-kernels-cuda13")
+    text = run(str(exe), "explain", "--simulate", "sm_89")
+    assert "libstrata_sm_89.so" not in text and "entry point cuda13" not in text
+    assert "=> no plugin chosen" in text and "pip install strata-kernels-cuda13" in text
