@@ -31,6 +31,12 @@ if ls .wheels/strata_kernels-*.whl >/dev/null 2>&1; then
   (
     cd /tmp && unset PYTHONPATH && rm -rf /tmp/fresh && python3 -m venv --system-site-packages /tmp/fresh \
       && /tmp/fresh/bin/python -m pip install -q --no-index --no-cache-dir --find-links "$WH" strata-kernels strata-kernels-cuda13 \
+      && { /tmp/fresh/bin/python -c "import torch" 2>/dev/null || {
+             # torch is the user's framework, not ours: where the base Python keeps it outside the venv's view (user
+             # site), point the venv at that one directory only.
+             tdir=$(python3 -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))") \
+             && echo "$tdir" > "$(/tmp/fresh/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_system_torch.pth" \
+             && echo "torch from $tdir (appended after the venv's own packages)"; }; } \
       && /tmp/fresh/bin/python -m pip list 2>/dev/null | grep -i strata \
       && /tmp/fresh/bin/python -c "import strata_kernels, sys; print('imported from', strata_kernels.__file__)" \
       && /tmp/fresh/bin/strata-kernels explain \
