@@ -37,6 +37,11 @@ from .targets import Target, all_targets
 DEFAULT_EPOCH = 315532800  # 1980-01-01T00:00:00Z: the earliest time a zip entry can hold
 ENTRY_POINT_GROUP = "strata_kernels.plugins"
 
+# Size budgets (README, "Wheels", says why these numbers): the sum of a family's plugin files and each plugin, in MB.
+# A wheel past a budget is not written; raise a budget only with the reason in the README.
+FAMILY_BUDGET_MB = {"cuda13": 8.0, "cuda12": 8.0, "rocm": 6.0, "sycl": 2.0}
+TARGET_BUDGET_MB = {"cuda": 1.6, "hip": 1.5, "sycl": 1.5}
+
 
 # ------------------------------------------------------------------------------------------------ families
 
@@ -283,6 +288,7 @@ def build_family_wheel(family: str, out: Path, *, targets: str | None = None, bu
         report = {"family": family, "version": __version__, "toolchain": tc.as_dict(), "platform_tag": tag,
                   "targets": [result.sizes[n] for n in plugin_names],
                   "plugin_bytes_total": sum(r["plugin_bytes"] for r in result.sizes.values())}
+        _check_budget(family, report, {n: t.backend.name for n, t in ((t.name, t) for t in chosen)})
         files[f"{pkg}/size-report.json"] = (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()
         files[f"{pkg}/__init__.py"] = (
             f'"""strata-kernels plugins of the {family} family: {", ".join(plugin_names)} (data only; the resolver '
@@ -309,6 +315,18 @@ def build_family_wheel(family: str, out: Path, *, targets: str | None = None, bu
     log(f"strata-kernels: wrote {wheel} ({wheel.stat().st_size / 1e6:.2f} MB) in {result.build_seconds:.1f} s; "
         f"size report {result.report}")
     return result
+
+
+def _check_budget(family: str, report: dict, backends: dict[str, str]) -> None:
+    over = [f"{r['target']} is {r['plugin_bytes'] / 1e6:.2f} MB (budget {TARGET_BUDGET_MB[backends[r['target']]]} MB)"
+            for r in report["targets"] if r["plugin_bytes"] / 1e6 > TARGET_BUDGET_MB.get(backends[r["target"]], 1e9)]
+    total = report["plugin_bytes_total"] / 1e6
+    if total > FAMILY_BUDGET_MB.get(family, 1e9):
+        over.append(f"the family's plugins are {total:.2f} MB (budget {FAMILY_BUDGET_MB[family]} MB)")
+    if over:
+        raise BuildError(f"family {family} is over its size budget: {'; '.join(over)}. Look at what grew "
+                         f"(size report below); raise the budget in strata_kernels/wheel.py only with the reason in "
+                         f"README.md ('Wheels').\n{size_table(report)}")
 
 
 def size_table(report: dict) -> str:
