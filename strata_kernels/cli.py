@@ -34,8 +34,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from .resolve import explain
+    from .resolve import explain, probe_devices, resolve, simulate
     print(explain(simulate=args.simulate))
+    if args.strict:
+        devices = simulate(args.simulate) if args.simulate else probe_devices()
+        missing = [r.device.describe() for r in resolve(devices) if r.chosen is None]
+        if missing:
+            print(f"strata-kernels: no plugin for {len(missing)} device(s): {'; '.join(missing)}", file=sys.stderr)
+            return 4
     return 0
 
 
@@ -86,6 +92,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("explain", help="which plugin serves each device, and why the others do not")
     s.add_argument("--simulate", metavar="DEVICES", help="comma-separated devices to simulate, e.g. sm_86,gfx1100")
+    s.add_argument("--strict", action="store_true", help="exit with status 4 when a device gets no plugin (for CI)")
     s.set_defaults(func=_cmd_explain)
 
     s = sub.add_parser("generate", help="render a target's source tree (no compiler needed)")
