@@ -1,5 +1,6 @@
 """The CI matrix (ARCHITECTURE §9): ci/matrix.py expands backends/*.toml into one wheel job per family x platform and
-generates .github/workflows/wheels.yml from them; the committed workflow must be the one the tables give today."""
+generates .github/workflows/wheels.yml from them (written, never committed); --check fails when the written file
+is missing or not the one the tables give today."""
 import importlib.util
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 from strata_kernels.errors import TargetError
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMITTED = ROOT / ".github" / "workflows" / "wheels.yml"
+WRITTEN = ROOT / ".github" / "workflows" / "wheels.yml"
 
 
 def _load_matrix():
@@ -47,9 +48,18 @@ def tables(tmp_path):
     return tmp_path / "backends"
 
 
-def test_the_committed_workflow_is_the_generated_one():
-    problem = matrix.check(COMMITTED)
+def test_write_then_check(tmp_path):
+    assert matrix.workflow(matrix.expand(matrix.load())) == matrix.workflow(matrix.expand(matrix.load()))
+    missing = tmp_path / "wheels.yml"
+    problem = matrix.check(missing)
+    assert problem and "is missing" in problem and "python ci/matrix.py --write" in problem
+    out = subprocess.run([sys.executable, str(ROOT / "ci" / "matrix.py"), "--write"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    problem = matrix.check(WRITTEN)
     assert problem is None, problem
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--error-unmatch", str(WRITTEN)],
+                             capture_output=True, text=True)
+    assert tracked.returncode != 0, "the generated workflow must not be tracked"
 
 
 def test_one_job_per_family_and_platform(jobs):
@@ -107,7 +117,7 @@ def test_the_workflow_parses_as_yaml(jobs):
     assert [(r["family"], r["platform"]) for r in plugin] == [(j.family, j.platform) for j in jobs if j.family != "core"]
 
 
-def test_a_changed_table_makes_the_committed_workflow_stale(tables, tmp_path):
+def test_a_changed_table_makes_the_written_workflow_stale(tables, tmp_path):
     cuda = tables / "cuda.toml"
     cuda.write_text(cuda.read_text() + '\n[targets.sm_100]\narch = "100"\nfamilies = ["cuda13"]\n'
                     'toolkit = { min = "12.8" }\nfeatures = ["cp_async"]\nvariants = ["fp32"]\n')
@@ -124,6 +134,7 @@ def test_a_changed_table_makes_the_committed_workflow_stale(tables, tmp_path):
 
 
 def test_check_command_names_the_fix(tables):
+    subprocess.run([sys.executable, str(ROOT / "ci" / "matrix.py"), "--write"], check=True, capture_output=True)
     ok = subprocess.run([sys.executable, str(ROOT / "ci" / "matrix.py"), "--check"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     sycl = tables / "sycl.toml"
