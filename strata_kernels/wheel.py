@@ -77,7 +77,7 @@ def family_toolchain(family: str, members: list[Target]) -> toolchains.Toolchain
     if m:
         base = toolchains.nvcc()
         major = int(m.group(1))
-        have = int((re.findall(r"\d+", base.version or "0") or ["0"])[0])
+        have = toolchains._version_tuple(base.version)[0]
         if have != major:
             return toolchains.Toolchain(base.name, base.path, base.version,
                                         f"family {family} is built with a CUDA {major}.x nvcc (its plugins then run "
@@ -146,11 +146,12 @@ def elf_facts(path: Path) -> dict:
             "versions": {k: ".".join(map(str, v)) for k, v in sorted(versions.items())}}
 
 
-def manylinux_tag(files: list[Path], machine: str | None = None) -> str:
-    """``manylinux_2_<N>_<arch>`` where N is the newest GLIBC symbol version the files reference (PEP 600)."""
+def manylinux_tag(files: list[Path | dict], machine: str | None = None) -> str:
+    """``manylinux_2_<N>_<arch>`` where N is the newest GLIBC symbol version the files reference (PEP 600); each
+    entry is a path or the ``elf_facts`` already read from one."""
     glibc = (2, 17)
     for f in files:
-        v = elf_facts(f)["versions"].get("GLIBC")
+        v = (f if isinstance(f, dict) else elf_facts(f))["versions"].get("GLIBC")
         if v:
             glibc = max(glibc, tuple(int(x) for x in v.split(".")[:2]))
     arch = machine or platform.machine()
@@ -282,7 +283,7 @@ def build_family_wheel(family: str, out: Path, *, targets: str | None = None, bu
             files[f"{pkg}/manifests/{name}.json"] = (json.dumps(manifests[name], indent=2, sort_keys=True)
                                                      + "\n").encode()
             result.sizes[name] = _size_row(name, so)
-        tag = manylinux_tag([res.built[n] for n in sorted(res.built)])
+        tag = manylinux_tag([result.sizes[n] for n in sorted(res.built)])  # the ELF facts read just above
         from .targets import _sort_key
         plugin_names = sorted(res.built, key=_sort_key)
         report = {"family": family, "version": __version__, "toolchain": tc.as_dict(), "platform_tag": tag,
