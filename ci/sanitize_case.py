@@ -1,4 +1,4 @@
-"""Every variant of the GPU plugin, forced, on a reduced case of each format it takes (holes, width 0, and ids past
+"""Every variant of the GPU plugin (or those named on the command line), forced, on a reduced case of each format it takes (holes, width 0, and ids past
 the width holding garbage): the workload for compute-sanitizer memcheck / racecheck in ci/gpu_h200.sh."""
 import sys
 
@@ -12,7 +12,8 @@ FORMATS = {0: "fp16", 1: "int8", 2: "q4_0", 3: "k8v4"}
 
 
 def main() -> int:
-    variants = sk.ops.plugin_variants(("cuda", 0))
+    held = sk.ops.plugin_variants(("cuda", 0))
+    variants = [v for v in held if v in sys.argv[1:]] if len(sys.argv) > 1 else held  # a subset by name
     ran = 0
     for v in variants:
         rule = VARIANT_RULES[v]

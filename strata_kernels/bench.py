@@ -21,9 +21,12 @@ import numpy as np
 
 from .parity import _host_rows, _place, parse_device, sample_queries
 
-METHODS = ("plugin", "numpy-fp32", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "dense-bf16-sdpa")
+METHODS = ("plugin", "numpy-fp32", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "dense-bf16-sdpa",
+           "gather-floor", "gather-floor-grouped")
 CPU_METHODS = ("plugin", "numpy-fp32", "torch-fp32", "torch-fp32-sdpa")
-GPU_METHODS = ("plugin", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "dense-bf16-sdpa")
+GPU_METHODS = ("plugin", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "dense-bf16-sdpa", "gather-floor",
+               "gather-floor-grouped")
+FLOORS = ("gather-floor", "gather-floor-grouped")   # read-only kernels: no output to check
 CPU_SHAPES = "4096x64,1500x64,2100x64"
 GPU_SHAPES = "32768x2048,1500x1500,2100x256,131072x2048"      # the shapes of QSA_SPEC §7.5
 CPU_REPS, GPU_REPS = 3, 5
@@ -271,7 +274,9 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
                 peak = _peak_mb(fn, device)                   # warm-up; its output is the one checked
                 out = fn()
                 err = None
-                if m != "dense-bf16-sdpa":
+                if m in FLOORS:
+                    note = f"reads {fn.bytes / 1e9:.2f} GB (K, V codes and scales), computes nothing"
+                elif m != "dense-bf16-sdpa":
                     err = float(np.abs(_host_rows(out, sample) - ref).max()) if sample.size else 0.0
                 else:
                     note = "a different function (every earlier cell)"
@@ -327,6 +332,12 @@ def _method(m: str, case: Any, device: tuple[str, int], variant: str | None, op:
         except ImportError as exc:
             raise ImportError("torch is not installed") from exc
         return TorchDense(case, device), "dense bf16 SDPA (all earlier cells)"
+    if m in FLOORS:
+        from .gather_floor import GatherFloor
+        from .targets import grouped_queries
+        n = grouped_queries(case.group) if m == "gather-floor-grouped" else 1
+        label = "gather floor, per query" if n == 1 else f"gather floor, union of {n} queries"
+        return GatherFloor(case, device, n), label
     raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {m!r}")
 
 
@@ -395,9 +406,36 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
     print(format_rows(rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": list(device), "reps": reps, "rows": [asdict(r) for r in rows]}, f, indent=1)
+            json.dump({"op": args.op, "device": list(device), "device_name": _device_name(device),
+                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": _commit(),
+                       "reps": reps, "rows": [asdict(r) for r in rows]}, f, indent=1)
     plugin_failed = any(r.method.startswith("plugin") and r.ms is None for r in rows)
     return 1 if plugin_failed else 0
+
+
+def _device_name(device: tuple[str, int]) -> str:
+    if device[0] == "cpu":
+        import platform
+        return platform.processor() or platform.machine()
+    try:
+        import torch
+        return torch.cuda.get_device_name(device[1])
+    except Exception:  # noqa: BLE001 - the name is a label
+        return f"{device[0]}:{device[1]}"
+
+
+def _commit() -> str:
+    """The checkout's commit (STRATA_KERNELS_COMMIT where the tree travels without .git), or 'unknown'."""
+    import os
+    import subprocess
+    env = os.environ.get("STRATA_KERNELS_COMMIT")
+    if env:
+        return env
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def _variant_list(spec: str | None, fmt: str, device: tuple[str, int], op: str, api: Any) -> list[str | None]:

@@ -26,6 +26,16 @@ def _cc(arch: str) -> int:
     return int(digits) if digits else -1
 
 
+# Shared memory one block may opt in to, per NVIDIA compute capability (the CUDA programming guide's table); the
+# plugins read the device's own attribute instead.
+SMEM_OPTIN_KB = {80: 163, 86: 99, 87: 163, 89: 99, 90: 227, 100: 227, 103: 227, 110: 227, 120: 99, 121: 99}
+
+
+def grouped_smem_bytes(head_dim: int = 256) -> int:
+    """Shared memory per block of the grouped kernel (the bound that cuda/dispatch.inc.j2 checks)."""
+    return 768 * head_dim + 24576
+
+
 def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str]) -> tuple[str, str]:
     if op == "decode":
         if _flag(env, "STRATA_QSA_SPLIT_ATTN") and fmt == "int8" and cc >= 80:
@@ -68,7 +78,13 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str]) -> tuple[str,
             return "v1", "INT8 on the Turing branch: v1"
         if _flag(env, "STRATA_PROMPT_ATTN_IMMA"):
             return "imma", "STRATA_PROMPT_ATTN_IMMA=1: imma"
-        return "v2", "INT8 on sm_80+: v2"
+        if env.get("STRATA_PROMPT_ATTN_GROUPED", "")[:1] == "0":
+            return "v2", "STRATA_PROMPT_ATTN_GROUPED=0: v2"
+        need, have = grouped_smem_bytes(), SMEM_OPTIN_KB.get(cc, 0) * 1024
+        if have < need:
+            return "v2", (f"INT8 on sm_80+: v2 (grouped needs {need // 1024} KB of shared memory per block, the "
+                          f"device allows {have // 1024} KB)")
+        return "grouped", f"INT8 on sm_80+ with {have // 1024} KB of shared memory per block: grouped"
     return ("v70", "FP16 on Volta: v70") if volta else ("v1", "FP16: v1 mode 0")
 
 

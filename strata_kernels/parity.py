@@ -27,7 +27,7 @@ from .targets import VARIANT_RULES
 # Variant facts (§5.5)
 # ---------------------------------------------------------------------------------------------------------------
 DECODE_FAMILY = ("fp32", "fp32_pre75", "fp32_lanecell")          # the "old" algorithm and its bit-identical forms
-PROMPT_KERNELS = ("v1", "v2", "imma", "v2t", "v70", "wmma", "wmma_fast", "wmma_i8", "rdna2")
+PROMPT_KERNELS = ("v1", "v2", "imma", "grouped", "v2t", "v70", "wmma", "wmma_fast", "wmma_i8", "rdna2")
 DECODE_KERNELS = ("split",)                                        # decode operation only (case 12)
 KNOWN_VARIANTS = _TABLE_VARIANTS + ("fp64",)
 # The formats each variant takes come from targets.VARIANT_RULES (also rendered into the plugins' dispatch).

@@ -17,7 +17,7 @@ from .errors import TargetError
 # Every variant name the project knows (QSA_SPEC §1.7). A table may only list names that a template provides.
 KNOWN_VARIANTS = (
     "fp32", "fp32_pre75", "fp32_lanecell", "v1", "v2", "imma", "v2t", "v70",
-    "wmma", "wmma_fast", "wmma_i8", "rdna2", "split",
+    "wmma", "wmma_fast", "wmma_i8", "rdna2", "split", "grouped",
 )
 
 # Which KV formats each variant accepts (QSA_SPEC §5.5; codes as §6.2: 0 fp16, 1 int8, 2 q4_0, 3 k8v4), the compute
@@ -37,7 +37,16 @@ VARIANT_RULES = {
     "wmma_i8": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
     "rdna2": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
     "split": {"formats": (1,), "min_cc": 80, "ops": ("decode",)},
+    "grouped": {"formats": (1,), "min_cc": 80, "ops": ("prompt", "decode")},
 }
+
+
+
+def grouped_queries(group: int) -> int:
+    """Queries per block of the grouped kernel: as many whole groups of G heads as fill its 64 rows, at most 32
+    (one membership bit each); cuda/grouped.cu.j2 computes the same NQ."""
+    return min(64 // group, 32)
+
 
 _BACKEND_KEYS = {"name", "toolchain", "template_dirs", "source_ext"}
 _TARGET_KEYS = {

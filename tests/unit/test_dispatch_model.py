@@ -20,7 +20,7 @@ MATRIX = [
     ("cuda", "sm_75", "sm_75", {"fp16": "v1", "int8": "v1", "k8v4": "v1", "q4_0": "fp32"}),
     ("cuda", "sm_80", "sm_80", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
     ("cuda", "sm_86", "sm_86", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
-    ("cuda", "sm_90", "sm_90", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_90", "sm_90", {"fp16": "v1", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
     ("cuda", "sm_120", "sm_120", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
     ("cuda", "sm_70", "sm_70", {"fp16": "v70", "int8": "v70", "k8v4": "v70", "q4_0": "fp32"}),
     ("cuda", "sm_61", "sm_70", {"fp16": "fp32", "int8": "fp32", "k8v4": "fp32", "q4_0": "fp32"}),
@@ -45,7 +45,12 @@ SWITCH_CASES = [
      "v1"),
     ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_OLD": "1"}, "int8", "prompt", 1, "fp32"),
     ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "attn"}, "int8", "prompt", 1, "v1"),      # Turing branch
-    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "select"}, "int8", "prompt", 1, "v2"),    # scorer only
+    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "select"}, "int8", "prompt", 1, "grouped"),  # scorer only
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_GROUPED": "0"}, "int8", "prompt", 1, "v2"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_GROUPED": "0", "STRATA_PROMPT_ATTN_IMMA": "1"}, "int8", "prompt",
+     1, "imma"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_OLD": "1", "STRATA_PROMPT_ATTN_GROUPED": "1"}, "int8", "prompt", 1,
+     "fp32"),
     ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "1", "STRATA_PA_V2T": "1"}, "int8", "prompt", 1, "v1"),
     ("cuda", "sm_75", "sm_75", {"STRATA_PA_V2T": "1"}, "int8", "prompt", 1, "v2t"),
     ("cuda", "sm_75", "sm_75", {"STRATA_PA_V2T": "0"}, "int8", "prompt", 1, "v1"),
@@ -81,8 +86,10 @@ def test_switches(case):
 
 def test_wish_not_in_plugin_falls_back_and_says_so():
     # A plugin without v2 (e.g. a custom build) runs the FP32 algorithm and names the missing variant.
-    name, why = dm.choose("cuda", "sm_90", "prompt", "int8", ["fp32", "v1"], env={})
+    name, why = dm.choose("cuda", "sm_86", "prompt", "int8", ["fp32", "v1"], env={})
     assert name == "fp32" and "'v2' is not in the plugin" in why
+    name, why = dm.choose("cuda", "sm_90", "prompt", "int8", ["fp32", "v1", "v2"], env={})
+    assert name == "fp32" and "'grouped' is not in the plugin" in why
     # sm_80 SASS on an sm_86 device: the dispatch keys on the device's compute capability.
     assert dm.choose("cuda", "sm_86", "prompt", "int8", variants("sm_80"), env={})[0] == "v2"
 
@@ -104,7 +111,7 @@ def test_explain_simulate_names_plugin_and_variant(monkeypatch):
     for arch in ("gfx1030", "gfx1100", "gfx1201", "sm_90"):
         assert f"with {arch} it would run: prompt: " in by_arch[arch], by_arch[arch]
         assert f"STRATA_TARGETS={arch}" in by_arch[arch]
-    assert "int8 v2" in by_arch["sm_90"]
+    assert "int8 grouped" in by_arch["sm_90"]
     monkeypatch.setenv("STRATA_HIP_WMMA", "1")
     text = resolve.explain("gfx1030,gfx1100", plugins=[])
     assert "int8 wmma " in text and "switches: STRATA_HIP_WMMA" in text

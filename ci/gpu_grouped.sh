@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One call on the lent H200 for the grouped prompt kernel (issue 10): its GPU tests, parity, the bench of every INT8
+# prompt variant beside the torch baselines and the gather floors, sanitizers, and an ncu summary; results under $OUT.
+# The sm_90 plugin and the abi3 loader are built on the CPU machine and carried (see ci/gpu_h200.sh):
+#   STRATA_KERNELS_BUILD_DIR=/work/build-main STRATA_TARGETS="cpu;sm_90" python3.12 -c \
+#     "from strata_kernels import build; build.build(with_loader=True)"
+# carry: strata_kernels/_loader.abi3.so strata_kernels/plugins
+# Usage: STAGES="tests bench parity sanitize ncu" SHAPES=... bash ci/gpu_grouped.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/strata-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+STAGES=${STAGES:-tests bench parity sanitize ncu}
+SHAPES=${SHAPES:-32768x2048,131072x2048,1500x1500,2100x256}
+VARIANTS=${VARIANTS:-grouped,v2,imma,v1}
+status=0
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  python3 -m strata_kernels explain | grep -E "sm_90|would run|chosen" | head -5
+} 2>&1 | tee "$OUT/env.txt"
+
+if has tests; then
+  python3 -m pytest tests/gpu -q -rs -x 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15; status=$(( status | ${PIPESTATUS[0]} ))
+fi
+if has bench; then
+  timeout ${BENCH_TIMEOUT:-240} python3 -m strata_kernels bench --device cuda --variant "$VARIANTS" --shapes "$SHAPES" \
+    --reps ${REPS:-10} --methods ${METHODS:-plugin,gather-floor,gather-floor-grouped,torch-fp32-sdpa} \
+    --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1; rc=$?; status=$(( status | rc ))
+  sed -n '/^shape/,$p' "$OUT/bench.txt"; [ $rc = 0 ] || tail -20 "$OUT/bench.txt"
+fi
+if has formats; then
+  for f in fp16 k8v4 q4_0; do
+    timeout 120 python3 -m strata_kernels bench --device cuda --format $f --shapes "$SHAPES" --reps 5 \
+      --methods plugin --json "$OUT/bench_$f.json" 2>&1 | sed -n '/^shape/,$p'
+  done
+fi
+if has parity; then
+  timeout ${PARITY_TIMEOUT:-300} python3 -m strata_kernels parity --device cuda --variant grouped --reps 3 \
+    --json "$OUT/parity_grouped.json" > "$OUT/parity_grouped.txt" 2>&1; rc=$?; status=$(( status | rc ))
+  tail -n 25 "$OUT/parity_grouped.txt"
+fi
+if has sanitize && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    timeout ${SANITIZER_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+      python3 ci/sanitize_case.py ${SANITIZE_VARIANTS:-grouped} > "$OUT/sanitizer_$tool.txt" 2>&1
+    rc=$?; status=$(( status | rc ))
+    echo "compute-sanitizer $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitizer workload' "$OUT/sanitizer_$tool.txt" | tr '\n' ' ')" | tee -a "$OUT/sanitizer.txt"
+  done
+fi
+if has ncu && command -v ncu >/dev/null; then
+  cat > /tmp/ncu_case.py <<'EOF'
+import torch, strata_kernels as sk
+from strata_kernels import parity, testing
+case = testing.make_case("int8", 32768, 2048)
+q, kv, ids, width = parity._place(case, ("cuda", 0))
+for _ in range(2):
+    sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+torch.cuda.synchronize()
+EOF
+  timeout 240 ncu --clock-control none -k regex:grouped -c 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section InstructionStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" python3 /tmp/ncu_case.py > "$OUT/ncu_grouped.txt" 2>&1
+  grep -E "grouped|Duration|Issue Slots|Registers Per|Achieved Active|Warp Cycles Per Issued|hmma|stalled" \
+    "$OUT/ncu_grouped.txt" | awk '$NF+0 >= 0.05 || !/stalled/' | head -80
+fi
+echo "== exit $status =="
+exit $status

@@ -1,0 +1,93 @@
+"""The grouped INT8 prompt kernel (one gathered tile serves a group of queries) on the GPU: QSA_SPEC §6.5 check 1
+and 2 against the FP64 oracle and the fp32 variant, selections that the union must handle (unsorted rows,
+duplicates, disjoint neighbours, garbage past the width, holes, width 0, partial last group), determinism."""
+import numpy as np
+import pytest
+
+import strata_kernels as sk
+from strata_kernels import reference, testing
+
+
+def _check(case, out, fp32, queries=None):
+    """§6.5 checks 1-2: error vs FP64 within 4x that of fp32 (or below 1e-6 of scale); agreement with fp32 to 1e-4."""
+    w = case.width if case.width.ndim == 1 else case.width[:, 3]
+    sample = np.arange(case.n_q) if queries is None else queries
+    ref = reference.qsa_attn_fp64(case.q, case.kv, case.ids, w, queries=sample)
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    err = float(np.abs(out[sample] - ref).max())
+    err32 = float(np.abs(fp32[sample] - ref).max())
+    assert np.isfinite(out).all()
+    assert err <= max(4 * err32, 1e-6 * scale), f"{case.name}: grouped {err:.3e}, fp32 {err32:.3e}, scale {scale:.3e}"
+    assert float(np.abs(out - fp32).max()) <= 1e-4 * scale
+    return err / scale
+
+
+def _run(to_cuda, case):
+    q, kv, ids, width = to_cuda(case)
+    g = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped").cpu().numpy()
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    return g, f
+
+
+@pytest.mark.parametrize("ctx,n_q,kw", [
+    (4096, 64, {}),
+    (1500, 37, {}),                       # short context, 37 = 7 groups of 5 + a group of 2
+    (2100, 256, {}),                      # the identity-to-sparse edge
+    (1500, 40, {"holes": True}),
+    (1500, 40, {"width0": True}),
+    (200, 1, {}),
+])
+def test_grouped_parity(to_cuda, ctx, n_q, kw):
+    case = testing.make_case("int8", ctx, n_q, **kw)
+    g, f = _run(to_cuda, case)
+    _check(case, g, f)
+    if kw.get("width0"):
+        assert (g[case.width == 0] == 0).all()
+
+
+def test_grouped_rows_that_are_not_ascending(to_cuda):
+    # Unsorted rows, a duplicated cell (counted twice) and garbage past the width: the group falls back to the
+    # concatenation of its rows, which keeps the semantics.
+    case = testing.make_case("int8", 4096, 20)
+    rng = np.random.default_rng(7)
+    for qi in (1, 7):
+        w = int(case.width[qi])
+        rng.shuffle(case.ids[qi, :w])
+    case.ids[12, 5] = case.ids[12, 4]
+    for qi in range(case.n_q):
+        case.ids[qi, case.width[qi]:] = np.int32(2**31 - 1)
+    g, f = _run(to_cuda, case)
+    _check(case, g, f)
+
+
+def test_grouped_neighbours_with_disjoint_selections(to_cuda):
+    # Random selections: the union of a group is much larger than one selection; still exact semantics.
+    case = testing.make_case("int8", 8192, 15)
+    rng = np.random.default_rng(3)
+    n_cells = case.kv.n_pages * 4
+    for qi in range(case.n_q):
+        w = int(rng.integers(0, case.ids.shape[1] + 1))
+        case.ids[qi, :w] = np.sort(rng.choice(n_cells, size=w, replace=False)).astype(np.int32)
+        case.width[qi] = w
+    g, f = _run(to_cuda, case)
+    _check(case, g, f)
+
+
+def test_grouped_flags_out_of_range_ids(to_cuda):
+    case = testing.make_case("int8", 2100, 12)
+    case.ids[6, 9] = 10**8
+    q, kv, ids, width = to_cuda(case)
+    with pytest.raises(ValueError, match="ids: query 6, position 9 holds cell 100000000"):
+        sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+
+
+def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda):
+    case = testing.make_case("int8", 4096, 64)
+    q, kv, ids, width = to_cuda(case)
+    a = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+    b = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+    assert torch_cuda.equal(a, b)
+    if torch_cuda.cuda.get_device_capability() == (9, 0):
+        w = sk.which(q, kv, ids, width)
+        assert w.variant == "grouped", w
+        assert "grouped" in w.reason
