@@ -3,8 +3,9 @@ recipe, QSA_SPEC §6.3) in the same run: the same function in plain numpy FP32, 
 a gather + softmax + matmul, a gather + ``scaled_dot_product_attention`` with a width mask (FP32 and, on a GPU,
 bf16), and on a GPU dense bf16 SDPA over every earlier cell (a different function, timed for scale; §7.5).
 
-Each method: one warm-up call (its output is checked against the FP64 oracle on the §6.4 sample), then the median
-of ``reps`` timed calls.
+Each method: one warm-up call (its output is checked against the FP64 oracle on the §6.4 sample), then ``reps``
+timed calls: on a GPU the device time per call by events around the calls queued back to back, and separately the
+median wall time of one call waited for; on the host the median of single calls.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class BenchRow:
     rel_err: float | None       # max_err / max |fp64|
     note: str = ""
     peak_mb: float | None = None  # device memory the call allocates beyond its inputs and output (GPU only)
+    wall_ms: float | None = None  # median wall time of one call, waited for (host work included)
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -190,25 +192,45 @@ class TorchDense:
         return o.squeeze(0).transpose(0, 1)
 
 
-def _time_calls(fn: Callable[[], Any], reps: int, device: tuple[str, int]) -> float:
-    """Median ms of ``reps`` individually timed calls (device events on a GPU)."""
-    times = []
+def _time_calls(fn: Callable[[], Any], reps: int, device: tuple[str, int]) -> tuple[float, float]:
+    """(device ms per call, wall ms per call). On a GPU the device time is taken by events around ``reps`` calls
+    queued back to back (the host runs ahead of the device: the per-call error-flag read is off meanwhile, the
+    kernels still bounds-check), and the wall time is the median of single calls each waited for; on the host both
+    are the median of single calls."""
+    walls = []
+    sync = None
     if device[0] in ("cuda", "hip"):
         import torch
+        sync = lambda: torch.cuda.synchronize(device[1])  # noqa: E731
+    for _ in range(reps):
+        if sync:
+            sync()
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        walls.append((time.perf_counter() - t0) * 1e3)
+    wall = statistics.median(walls)
+    if not sync:
+        return wall, wall
+    import os
+    import torch
+    saved = os.environ.get("STRATA_KERNELS_CHECK_IDS")
+    os.environ["STRATA_KERNELS_CHECK_IDS"] = "0"
+    try:
+        sync()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
         for _ in range(reps):
-            torch.cuda.synchronize(device[1])
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
             fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-    else:
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        b.record()
+        b.synchronize()
+    finally:
+        if saved is None:
+            del os.environ["STRATA_KERNELS_CHECK_IDS"]
+        else:
+            os.environ["STRATA_KERNELS_CHECK_IDS"] = saved
+    return a.elapsed_time(b) / reps, wall
 
 
 def _peak_mb(fn: Callable[[], Any], device: tuple[str, int]) -> float | None:
@@ -280,7 +302,7 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
                     err = float(np.abs(_host_rows(out, sample) - ref).max()) if sample.size else 0.0
                 else:
                     note = "a different function (every earlier cell)"
-                ms = _time_calls(fn, max(1, reps), device)
+                ms, wall = _time_calls(fn, max(1, reps), device)
             except Exception as exc:  # noqa: BLE001
                 rows.append(BenchRow(shape, fmt, label, None, None, None, None, f"failed: {type(exc).__name__}: {exc}"))
                 if emit:
@@ -290,7 +312,7 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
                 plugin_ms = ms
             ratio = ms / plugin_ms if plugin_ms else None
             rows.append(BenchRow(shape, fmt, label, ms, ratio, err,
-                                 err / ref_scale if err is not None and ref_scale > 0 else None, note, peak))
+                                 err / ref_scale if err is not None and ref_scale > 0 else None, note, peak, wall))
             if emit:
                 emit(_progress(rows[-1]))
             del out
@@ -349,10 +371,12 @@ def _progress(r: BenchRow) -> str:
 
 
 def format_rows(rows: Sequence[BenchRow]) -> str:
-    """The table: shape, format, method, ms per call, baseline/plugin, max error vs FP64 (absolute, of scale)."""
-    head = ("shape", "format", "method", "ms/call", "baseline/plugin", "max err vs fp64", "of scale", "peak MB",
-            "note")
+    """The table: shape, format, method, device ms per call, wall ms per call, baseline/plugin, max error vs FP64
+    (absolute, of scale)."""
+    head = ("shape", "format", "method", "ms/call", "wall ms", "baseline/plugin", "max err vs fp64", "of scale",
+            "peak MB", "note")
     cells = [(r.shape, r.fmt, r.method, "-" if r.ms is None else f"{r.ms:.3f}",
+              "-" if r.wall_ms is None else f"{r.wall_ms:.3f}",
               "-" if r.ratio is None else f"{r.ratio:.2f}", "-" if r.max_err is None else f"{r.max_err:.3g}",
               "-" if r.rel_err is None else f"{r.rel_err:.3g}", "-" if r.peak_mb is None else f"{r.peak_mb:.1f}",
               r.note) for r in rows]

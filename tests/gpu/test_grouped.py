@@ -91,3 +91,12 @@ def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda):
         w = sk.which(q, kv, ids, width)
         assert w.variant == "grouped", w
         assert "grouped" in w.reason
+
+
+def test_grouped_flags_page_entries_out_of_range(to_cuda):
+    case = testing.make_case("int8", 2100, 12)
+    page = int(case.ids[4, 100]) // 4
+    case.kv.page_table[page] = 10**6
+    q, kv, ids, width = to_cuda(case)
+    with pytest.raises(ValueError, match=f"page_table: entry {page} "):
+        sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
