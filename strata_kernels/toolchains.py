@@ -84,12 +84,26 @@ def _clang_version(text: str) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
+# The programs clang runs, besides itself, to compile a HIP source into a plugin object (-fno-gpu-rdc -c): lld links
+# the device code object, clang-offload-bundler wraps it into the host object. The ISA-only pass runs neither.
+# Value: the Debian package of clang <major> that ships the tool.
+HIP_PLUGIN_TOOLS = {"ld.lld": "lld-{major}", "clang-offload-bundler": "clang-tools-{major}"}
+
+
+def _clang_finds(clang: str, tool: str) -> str | None:
+    """Where ``clang`` finds ``tool`` when it runs it: the driver's own lookup (-B dirs, beside the clang binary,
+    then PATH), which answers the bare name when it finds nothing."""
+    found = _run_version([clang, f"-print-prog-name={tool}"]).strip()
+    return found if os.path.isabs(found) and os.access(found, os.X_OK) else None
+
+
 @lru_cache(maxsize=None)
 def hip_clang() -> Toolchain:
     """A clang >= 18 with the AMDGPU backend, the HIP headers, and (if any) the ROCm device libraries.
 
     extra: hip_root (has include/hip/hip_runtime.h), hip_version, device_libs (directory of ocml.bc, ockl.bc and
-    oclc_isa_version_<N>.bc, or None), libamdhip64 (the runtime to link a plugin against, or None).
+    oclc_isa_version_<N>.bc, or None), libamdhip64 (the runtime to link a plugin against, or None), plugin_tools
+    (each tool of HIP_PLUGIN_TOOLS: where this clang finds it, or None).
     """
     rocm = [Path(p) for p in (os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm") if p]
     names = [os.environ.get("HIP_CLANG")] + [str(r / "llvm" / "bin" / "clang++") for r in rocm] + [
@@ -107,7 +121,7 @@ def hip_clang() -> Toolchain:
     if clang is None:
         found = f"; found {', '.join(seen)}" if seen else ""
         return Toolchain("hip-clang", None, None, "no clang >= 18 with the AMDGPU backend" + found +
-                         " (apt-get install clang-19 lld-19 libamdhip64-dev, or ROCm with ROCM_PATH)")
+                         " (apt-get install clang-19 lld-19 clang-tools-19 libamdhip64-dev, or ROCm with ROCM_PATH)")
     roots = rocm + [Path("/usr")]
     hip_root = next((r for r in roots if (r / "include" / "hip" / "hip_runtime.h").is_file()), None)
     if hip_root is None:
@@ -129,7 +143,8 @@ def hip_clang() -> Toolchain:
     return Toolchain("hip-clang", clang, f"{version[0]}.{version[1]}", extra={
         "hip_root": str(hip_root), "hip_version": hip_version,
         "device_libs": str(device_libs) if device_libs else None,
-        "libamdhip64": str(runtime) if runtime else None})
+        "libamdhip64": str(runtime) if runtime else None,
+        "plugin_tools": {name: _clang_finds(clang, name) for name in HIP_PLUGIN_TOOLS}})
 
 
 def hip_has_device_libs(tc: Toolchain, gfx: str) -> bool:
@@ -146,6 +161,11 @@ def hip_build_mode(tc: Toolchain, gfx: str) -> tuple[str, str]:
                        f"(ROCm >= 6 provides them)")
     if not tc.extra.get("libamdhip64"):
         return "isa", "no libamdhip64.so to link a plugin against; device code compiled to ISA only"
+    missing = [tool for tool, path in tc.extra.get("plugin_tools", {}).items() if not path]
+    if missing:
+        major = (tc.version or "?").split(".")[0]
+        needs = " and ".join(f"{tool} (Debian: {HIP_PLUGIN_TOOLS[tool].format(major=major)})" for tool in missing)
+        return "isa", f"HIP plugin link needs {needs}; device code compiled to ISA only"
     return "plugin", ""
 
 

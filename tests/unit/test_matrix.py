@@ -1,6 +1,6 @@
 """The CI matrix (ARCHITECTURE §9): ci/matrix.py expands backends/*.toml into one wheel job per family x platform and
-generates .github/workflows/wheels.yml from them (written, never committed); --check fails when the written file
-is missing or not the one the tables give today."""
+generates .github/workflows/wheels.yml from them, which is committed (GitHub runs only committed workflows); the
+committed workflow must be the one the tables give today, and --check fails when it is missing or differs."""
 import importlib.util
 import shutil
 import subprocess
@@ -12,7 +12,7 @@ import pytest
 from strata_kernels.errors import TargetError
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITTEN = ROOT / ".github" / "workflows" / "wheels.yml"
+COMMITTED = ROOT / ".github" / "workflows" / "wheels.yml"
 
 
 def _load_matrix():
@@ -48,18 +48,40 @@ def tables(tmp_path):
     return tmp_path / "backends"
 
 
-def test_write_then_check(tmp_path):
-    assert matrix.workflow(matrix.expand(matrix.load())) == matrix.workflow(matrix.expand(matrix.load()))
-    missing = tmp_path / "wheels.yml"
-    problem = matrix.check(missing)
-    assert problem and "is missing" in problem and "python ci/matrix.py --write" in problem
-    out = subprocess.run([sys.executable, str(ROOT / "ci" / "matrix.py"), "--write"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    problem = matrix.check(WRITTEN)
+def test_the_committed_workflow_is_the_generated_one():
+    problem = matrix.check(COMMITTED)
     assert problem is None, problem
-    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--error-unmatch", str(WRITTEN)],
-                             capture_output=True, text=True)
-    assert tracked.returncode != 0, "the generated workflow must not be tracked"
+
+
+def test_a_missing_or_edited_workflow_is_caught(tmp_path):
+    """The check above has teeth: a copy of the committed file that is missing, edited by hand or one line short
+    fails, naming the fix and showing the difference."""
+    copy = tmp_path / "wheels.yml"
+    problem = matrix.check(copy)
+    assert problem and "is missing" in problem and "python ci/matrix.py --write" in problem
+    committed = COMMITTED.read_text()
+    copy.write_text(committed)
+    assert matrix.check(copy) is None
+    copy.write_text(committed.replace('MAX_JOBS: "', 'MAX_JOBS: "1', 1))
+    problem = matrix.check(copy)
+    assert problem and "is stale" in problem and "python ci/matrix.py --write" in problem and "MAX_JOBS" in problem
+    copy.write_text("".join(committed.splitlines(keepends=True)[:-1]))
+    assert "is stale" in (matrix.check(copy) or "")
+
+
+
+def test_a_workflow_git_does_not_track_is_caught(tmp_path):
+    """Written but not committed (or ignored), a push carries no workflow and GitHub runs nothing."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    written = tmp_path / ".github" / "workflows" / "wheels.yml"
+    written.parent.mkdir(parents=True)
+    written.write_text(COMMITTED.read_text())
+    problem = matrix.check(written)
+    assert problem and "is not tracked by git: commit it" in problem
+    subprocess.run(["git", "-C", str(tmp_path), "add", str(written)], check=True)
+    assert matrix.check(written) is None
 
 
 def test_one_job_per_family_and_platform(jobs):
@@ -117,7 +139,7 @@ def test_the_workflow_parses_as_yaml(jobs):
     assert [(r["family"], r["platform"]) for r in plugin] == [(j.family, j.platform) for j in jobs if j.family != "core"]
 
 
-def test_a_changed_table_makes_the_written_workflow_stale(tables, tmp_path):
+def test_a_changed_table_makes_the_committed_workflow_stale(tables, tmp_path):
     cuda = tables / "cuda.toml"
     cuda.write_text(cuda.read_text() + '\n[targets.sm_100]\narch = "100"\nfamilies = ["cuda13"]\n'
                     'toolkit = { min = "12.8" }\nfeatures = ["cp_async"]\nvariants = ["fp32"]\n')
@@ -134,7 +156,6 @@ def test_a_changed_table_makes_the_written_workflow_stale(tables, tmp_path):
 
 
 def test_check_command_names_the_fix(tables):
-    subprocess.run([sys.executable, str(ROOT / "ci" / "matrix.py"), "--write"], check=True, capture_output=True)
     ok = subprocess.run([sys.executable, str(ROOT / "ci" / "matrix.py"), "--check"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     sycl = tables / "sycl.toml"
