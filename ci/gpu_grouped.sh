@@ -10,7 +10,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/strata-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-STAGES=${STAGES:-tests bench parity sanitize ncu}
+STAGES=${STAGES:-bench tests parity sanitize sweep ncu}
+export STRATA_KERNELS_COMMIT=${STRATA_KERNELS_COMMIT:-unknown}   # the tree travels without .git
 SHAPES=${SHAPES:-32768x2048,131072x2048,1500x1500,2100x256}
 VARIANTS=${VARIANTS:-grouped,v2,imma,v1}
 status=0
@@ -21,20 +22,26 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
   python3 -m strata_kernels explain | grep -E "sm_90|would run|chosen" | head -5
 } 2>&1 | tee "$OUT/env.txt"
 
-if has tests; then
-  python3 -m pytest tests/gpu -q -rs -x 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15; status=$(( status | ${PIPESTATUS[0]} ))
-fi
 if has bench; then
   timeout ${BENCH_TIMEOUT:-240} python3 -m strata_kernels bench --device cuda --variant "$VARIANTS" --shapes "$SHAPES" \
     --reps ${REPS:-10} --methods ${METHODS:-plugin,gather-floor,gather-floor-grouped,torch-fp32-sdpa} \
     --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1; rc=$?; status=$(( status | rc ))
   sed -n '/^shape/,$p' "$OUT/bench.txt"; [ $rc = 0 ] || tail -20 "$OUT/bench.txt"
 fi
+if has sweep; then
+  timeout ${SWEEP_TIMEOUT:-120} python3 -m strata_kernels bench --device cuda --variant grouped,v2 \
+    --shapes ${SWEEP_SHAPES:-8192x2048,524288x2048} --reps 5 --methods plugin,gather-floor-grouped \
+    --json "$OUT/bench_sweep.json" > "$OUT/bench_sweep.txt" 2>&1; status=$(( status | $? ))
+  sed -n '/^shape/,$p' "$OUT/bench_sweep.txt"
+fi
 if has formats; then
   for f in fp16 k8v4 q4_0; do
     timeout 120 python3 -m strata_kernels bench --device cuda --format $f --shapes "$SHAPES" --reps 5 \
       --methods plugin --json "$OUT/bench_$f.json" 2>&1 | sed -n '/^shape/,$p'
   done
+fi
+if has tests; then
+  timeout ${TESTS_TIMEOUT:-150} python3 -m pytest tests/gpu -q -rs 2>&1 | tee "$OUT/gpu_tests.txt" | tail -8; status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if has parity; then
   timeout ${PARITY_TIMEOUT:-300} python3 -m strata_kernels parity --device cuda --variant grouped --reps 3 \
