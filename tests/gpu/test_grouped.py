@@ -36,6 +36,7 @@ def _run(to_cuda, case):
     (1500, 40, {"holes": True}),
     (1500, 40, {"width0": True}),
     (200, 1, {}),
+    (65536, 24, {}),                      # ids spanning more than the windowed path takes: the merge-path union
 ])
 def test_grouped_parity(to_cuda, ctx, n_q, kw):
     case = testing.make_case("int8", ctx, n_q, **kw)
