@@ -312,6 +312,16 @@ def decode_scratch_floats(cap: int, n_head: int, head_dim: int) -> int:
     return -(-cap // 64) * n_head * (head_dim + 2) + 64
 
 
+def grouped_scratch_floats(n_q: int, cap: int, group: int) -> int:
+    """Floats of scratch the grouped prompt kernel takes from the caller for ``n_q`` queries (its union of each group's
+    selections: physical cell and membership word per entry, plus the running union where shared memory cannot hold
+    it); with less it uses a buffer of the plugin's own."""
+    from .targets import grouped_queries
+    nq = grouped_queries(group)
+    groups = -(-n_q // nq)
+    return (groups * nq * cap * 16 + groups * 4 + 64) // 4
+
+
 def _raise_flag(bad: Any, c: _Call) -> None:
     import numpy as np
     b = np.asarray(_to_host(bad)).reshape(-1)
