@@ -10,7 +10,8 @@ from .errors import PluginError, StrataError, TargetError, ToolchainError, Unsup
 from .ops import KVCache  # noqa: E402
 
 __all__ = [
-    "KVCache", "qsa_prompt_attn", "qsa_decode_attn", "which", "explain", "reference", "testing",
+    "KVCache", "qsa_prompt_attn", "qsa_decode_attn", "which", "plan", "Plan", "check_errors", "explain", "reference",
+    "testing",
     "Unsupported", "StrataError", "TargetError", "ToolchainError", "PluginError", "__version__",
 ]
 
@@ -20,6 +21,9 @@ def __getattr__(name: str):
     if name in ("qsa_prompt_attn", "qsa_decode_attn", "which"):
         from . import ops
         return getattr(ops, name)
+    if name in ("plan", "Plan", "check_errors"):
+        from . import plans as _plans
+        return getattr(_plans, name)
     if name == "explain":
         from .resolve import explain
         return explain
