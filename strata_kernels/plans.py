@@ -124,7 +124,12 @@ class _Torch:
     @staticmethod
     def device_index(x) -> int:
         # get_device() is -1 on the host and on "meta" too: is_cpu tells them apart (-2 never matches a plan).
-        return -1 if x.is_cpu else x.get_device() if x.is_cuda else -2
+        d = x.get_device()
+        return d if d >= 0 or x.is_cpu else -2
+
+    @staticmethod
+    def contig(x) -> bool:
+        return x.is_contiguous()
 
     def stream(self, index: int, stream: Any) -> int:
         if stream is not None:
@@ -156,6 +161,8 @@ class _Generic:
         return 0 if index < 0 and stream is None else _ops._stream_handle(_Generic._probe, stream)
 
     _probe = None
+
+    contig = staticmethod(A.is_c_contiguous)
 
     @staticmethod
     def ptr(x) -> int:
@@ -272,9 +279,11 @@ class Plan:
 
     def _bind(self, op: int, variant: str | None):
         kv = self.kv
-        return self.plugin.bind(op, variant, kv.format_code, kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale,
-                                kv.n_head_kv, kv.head_dim, self.group, kv.n_phys_pages,
-                                _ops._DEVICE_KIND_CODE[self.device[0]], self.device[1])
+        ptr = _facts_for(kv.k).ptr
+        addr = [0 if a is None else ptr(a) for a in (kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale)]
+        return self.plugin.bind(op, variant, kv.format_code, addr[0], kv.n_pages, *addr[1:], kv.n_head_kv,
+                                kv.head_dim, self.group, kv.n_phys_pages, _ops._DEVICE_KIND_CODE[self.device[0]],
+                                self.device[1])
 
     def which(self, n_q: int | None = None) -> _ops.Which:
         """The variant a run of ``n_q`` queries would take, and why."""
@@ -324,17 +333,17 @@ class Plan:
         dev = self._dev_index
         n_q = qs[0] if len(qs) == 3 else -1
         if (q.dtype != f.f32 or len(qs) != 3 or qs[1] != self.n_head or qs[2] != self.kv.head_dim
-                or not 0 < n_q <= self.max_queries or f.device_index(q) != dev or not _contig(q)
+                or not 0 < n_q <= self.max_queries or f.device_index(q) != dev or not f.contig(q)
                 or ids.dtype != f.i32 or len(ids_s) != 2 or ids_s[0] != n_q or ids_s[1] != self.cap
-                or f.device_index(ids) != dev or not _contig(ids)
+                or f.device_index(ids) != dev or not f.contig(ids)
                 or width.dtype != f.i32 or ws[0] != n_q or len(ws) > 2 or (len(ws) == 2 and ws[1] != 4)
-                or f.device_index(width) != dev or not _contig(width)):
+                or f.device_index(width) != dev or not f.contig(width)):
             if n_q == 0:
                 return _ops._check_out(out, _ops._check_call(q, self.kv, ids, width, _OPS[self.op]))
             self._mismatch(q, ids, width, out)
         if out is None:
             out = _ops._framework_alloc(q, tuple(qs), "float32")
-        elif out.dtype != f.f32 or out.shape != qs or f.device_index(out) != dev or not _contig(out) \
+        elif out.dtype != f.f32 or out.shape != qs or f.device_index(out) != dev or not f.contig(out) \
                 or type(out) is not type(q):
             self._mismatch(q, ids, width, out)
         if self._legacy:
@@ -432,13 +441,6 @@ class _Shape:
 
     def __init__(self, n_head: int, group: int, kv: Any):
         self.n_head, self.group, self.kv = n_head, group, kv
-
-
-def _contig(x) -> bool:
-    c = getattr(x, "is_contiguous", None)
-    if c is not None:
-        return c()
-    return A.is_c_contiguous(x)
 
 
 def plan(kv: Any, op: str = "decode", max_queries: int = 1, cap: int = 2048, variant: str | None = None, *,

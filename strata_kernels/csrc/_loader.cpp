@@ -265,9 +265,10 @@ NB_MODULE(_loader, m) {
             nb::arg("stream") = 0)
         .def(
             "bind",
-            [](const Plugin &p, int op, std::optional<std::string> variant, int fmt, Array page_table, Array k,
-               Array v, std::optional<Array> k_scale, std::optional<Array> v_scale, int n_head_kv, int head_dim,
-               int group, int64_t n_phys_pages, int kind, int index) {
+            [](const Plugin &p, int op, std::optional<std::string> variant, int fmt, uintptr_t page_table,
+               int64_t n_pages, uintptr_t k, uintptr_t v, uintptr_t k_scale, uintptr_t v_scale, int n_head_kv,
+               int head_dim, int group, int64_t n_phys_pages, int kind, int index) {
+                // Addresses, not arrays: binding converts nothing (no DLPack export, so it is safe during capture).
                 auto *b = new Bound();
                 b->plugin = &p;
                 b->op = op;
@@ -282,21 +283,21 @@ NB_MODULE(_loader, m) {
                 a.head_dim = head_dim;
                 a.group = group;
                 a.n_head_kv = n_head_kv;
-                a.n_pages = page_table.ndim() ? int64_t(page_table.shape(0)) : 0;
+                a.n_pages = n_pages;
                 a.n_phys_pages = n_phys_pages;
                 a.width_stride = 1;
-                a.page_table = static_cast<const int32_t *>(page_table.data());
-                a.k = k.data();
-                a.v = v.data();
-                a.k_scale = ptr_or_null(k_scale);
-                a.v_scale = ptr_or_null(v_scale);
+                a.page_table = reinterpret_cast<const int32_t *>(page_table);
+                a.k = reinterpret_cast<const void *>(k);
+                a.v = reinterpret_cast<const void *>(v);
+                a.k_scale = reinterpret_cast<const void *>(k_scale);
+                a.v_scale = reinterpret_cast<const void *>(v_scale);
                 return b;
             },
-            nb::arg("op"), nb::arg("variant").none(), nb::arg("fmt"), nb::arg("page_table").noconvert(),
-            nb::arg("k").noconvert(), nb::arg("v").noconvert(), nb::arg("k_scale").noconvert().none(),
-            nb::arg("v_scale").noconvert().none(), nb::arg("n_head_kv"), nb::arg("head_dim"), nb::arg("group"),
-            nb::arg("n_phys_pages"), nb::arg("kind"), nb::arg("index"), nb::rv_policy::take_ownership,
-            nb::keep_alive<0, 1>())
+            nb::arg("op"), nb::arg("variant").none(), nb::arg("fmt"), nb::arg("page_table"), nb::arg("n_pages"),
+            nb::arg("k"), nb::arg("v"), nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("n_head_kv"),
+            nb::arg("head_dim"), nb::arg("group"), nb::arg("n_phys_pages"), nb::arg("kind"), nb::arg("index"),
+            nb::rv_policy::take_ownership, nb::keep_alive<0, 1>(),
+            "A plan's fixed arguments (the caller keeps the arrays alive): a Bound to run().")
         .def_prop_ro("has_host_words",
                      [](const Plugin &p) { return STRATA_API_FN(p.api, host_words) != nullptr &&
                                                   STRATA_API_FN(p.api, sync_stream) != nullptr; })
