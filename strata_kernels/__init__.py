@@ -20,10 +20,12 @@ def __getattr__(name: str):
     # Lazy: the calls pull in the resolver and the native loader only when first used.
     if name in ("qsa_prompt_attn", "qsa_decode_attn", "which"):
         from . import ops
-        return getattr(ops, name)
+        value = globals()[name] = getattr(ops, name)  # kept: later look-ups skip this function (hot path)
+        return value
     if name in ("plan", "Plan", "check_errors"):
         from . import plans as _plans
-        return getattr(_plans, name)
+        value = globals()[name] = getattr(_plans, name)
+        return value
     if name == "explain":
         from .resolve import explain
         return explain

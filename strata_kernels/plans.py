@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -144,6 +143,9 @@ class _Torch:
     def ptr(x) -> int:
         return x.data_ptr()
 
+    def scratch(self, like, floats: int):
+        return self.torch.empty(floats, dtype=self.f32, device=like.device)
+
 
 class _Generic:
     """CuPy and any DLPack array (slower: through _arrays)."""
@@ -163,6 +165,10 @@ class _Generic:
     _probe = None
 
     contig = staticmethod(A.is_c_contiguous)
+
+    @staticmethod
+    def scratch(like, floats: int):
+        return _ops._framework_alloc(like, (floats,), "float32")
 
     @staticmethod
     def ptr(x) -> int:
@@ -229,7 +235,7 @@ class Plan:
 
     def __init__(self, kv: Any, op: str = "decode", max_queries: int = 1, cap: int = 2048,
                  variant: str | None = None, *, n_head: int | None = None, workspace: Any = None,
-                 _shared_workspace: Any = None):
+                 _per_call_scratch: bool = False):
         if not isinstance(kv, _ops.KVCache):
             raise TypeError(f"kv: expected a strata_kernels.KVCache, got {type(kv).__name__}")
         if op not in _OPS:
@@ -263,10 +269,16 @@ class Plan:
         elif self.words is not None:
             slot = self.words.slot(cap)
             self._bound.set_errors(self.words.dev + 16 * slot, self.words.host, 2 * _ERROR_SLOTS, False)
+        self._facts = _facts_for(kv.k)
+        self._torch_fast = isinstance(self._facts, _Torch)
+        self._tensor_type = self._facts.torch.Tensor if self._torch_fast else None
         self.workspace_floats = self._scratch_floats()
         self.workspace = None
-        if self.workspace_floats and not self.on_host:
-            self._set_workspace(workspace, _shared_workspace)
+        # The plain calls take their scratch per call from the framework's stream-ordered allocator (safe on any
+        # stream, in torch's CUDA graphs and torch.compile's); a plan made by sk.plan owns it (or the caller's).
+        self._scratch_per_call = bool(self.workspace_floats) and _per_call_scratch
+        if self.workspace_floats and not self.on_host and not _per_call_scratch:
+            self._set_workspace(workspace)
 
     # -- resolution ---------------------------------------------------------------------------------------------
     def _n_head_from_manifest(self) -> int:
@@ -307,9 +319,9 @@ class Plan:
         n = 32 if self.op == "prompt" else max(32, _ops._SCRATCH_BUDGET_FLOATS // per)
         return min(self.max_queries, n, _ops._MAX_QUERIES_PER_LAUNCH) * per
 
-    def _set_workspace(self, workspace: Any, shared: Any) -> None:
-        if workspace is None and shared is not None:
-            workspace = shared(self.workspace_floats)
+    def _set_workspace(self, workspace: Any) -> None:
+        if isinstance(workspace, _Shared):
+            workspace = workspace.get(self.workspace_floats)
         if workspace is None:
             workspace = _ops._framework_alloc(self.kv.k, (self.workspace_floats,), "float32")
         _ops._check_dtype("workspace", workspace, ("float32",))
@@ -328,8 +340,13 @@ class Plan:
     def run(self, q: Any, ids: Any, width: Any, *, out: Any = None, stream: Any = None) -> Any:
         """Attention for ``q`` [n_q <= max_queries, n_head, head_dim] with ``ids`` [n_q, cap] and ``width`` [n_q]
         (or steps [n_q, 4]); writes ``out`` (allocated in q's framework when None) and returns it."""
+        return self._run(q, ids, width, out, stream, q.shape, ids.shape)
+
+    def _run(self, q, ids, width, out, stream, qs, ids_s):
+        if self._torch_fast and type(q) is self._tensor_type:
+            return self._run_torch(q, ids, width, out, stream, qs, ids_s)
         f = _facts_for(q)
-        qs, ids_s, ws = q.shape, ids.shape, width.shape
+        ws = width.shape
         dev = self._dev_index
         n_q = qs[0] if len(qs) == 3 else -1
         if (q.dtype != f.f32 or len(qs) != 3 or qs[1] != self.n_head or qs[2] != self.kv.head_dim
@@ -351,11 +368,56 @@ class Plan:
         s = f.stream(dev, stream)
         if f.arrays:
             r = self._bound.run_arrays(q, out, ids, width, 4 if len(ws) == 2 else 1, s)
+        elif self._scratch_per_call:
+            scratch = f.scratch(q, self.workspace_floats)
+            r = self._bound.run(f.ptr(q), f.ptr(out), f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1,
+                                s, f.ptr(scratch), self.workspace_floats)
         else:
             r = self._bound.run(f.ptr(q), f.ptr(out), f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1,
                                 s)
         if r:
             self._outcome(r, q, ids, width, out, stream, s, len(ws) == 2)
+        elif self.mode == "sync" and self.words is not None:
+            self.plugin.sync_stream(_ops._DEVICE_KIND_CODE[self.device[0]], self.device[1], s)
+            self._raise_synced(q, ids, width)
+        return out
+
+    def _run_torch(self, q, ids, width, out, stream, qs, ids_s):
+        """_run for torch tensors on this plan's device, the checks written out (no per-array calls)."""
+        f = self._facts
+        dev, f32, i32 = self._dev_index, f.f32, f.i32
+        ws = width.shape
+        n_q = qs[0] if len(qs) == 3 else -1
+        on_dev = dev >= 0
+        if (q.dtype != f32 or len(qs) != 3 or qs[1] != self.n_head or qs[2] != self.kv.head_dim
+                or not 0 < n_q <= self.max_queries or not q.is_contiguous()
+                or (q.get_device() != dev if on_dev else not q.is_cpu)
+                or ids.dtype != i32 or len(ids_s) != 2 or ids_s[0] != n_q or ids_s[1] != self.cap
+                or not ids.is_contiguous() or (ids.get_device() != dev if on_dev else not ids.is_cpu)
+                or width.dtype != i32 or ws[0] != n_q or len(ws) > 2 or (len(ws) == 2 and ws[1] != 4)
+                or not width.is_contiguous() or (width.get_device() != dev if on_dev else not width.is_cpu)):
+            if n_q == 0:
+                return _ops._check_out(out, _ops._check_call(q, self.kv, ids, width, _OPS[self.op]))
+            self._mismatch(q, ids, width, out)
+        if out is None:
+            out = f.torch.empty(qs, dtype=f32, device=q.device)
+        elif (out.dtype != f32 or out.shape != qs or not out.is_contiguous() or type(out) is not type(q)
+              or (out.get_device() != dev if on_dev else not out.is_cpu)):
+            self._mismatch(q, ids, width, out)
+        if self._legacy:
+            return self._run_legacy(q, ids, width, out, stream)
+        s = (f.stream(dev, stream) if stream is not None or not on_dev or f.raw_stream is None
+             else f.raw_stream(dev))
+        stride = 4 if len(ws) == 2 else 1
+        if self._scratch_per_call:
+            scratch = f.torch.empty(self.workspace_floats, dtype=f32, device=q.device)
+            r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, stride,
+                                s, scratch.data_ptr(), self.workspace_floats)
+        else:
+            r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, stride,
+                                s)
+        if r:
+            self._outcome(r, q, ids, width, out, stream, s, stride == 4)
         elif self.mode == "sync" and self.words is not None:
             self.plugin.sync_stream(_ops._DEVICE_KIND_CODE[self.device[0]], self.device[1], s)
             self._raise_synced(q, ids, width)
@@ -394,18 +456,16 @@ class Plan:
                 if self.words is not None:
                     fb.set_errors(self.words.dev + 16 * self.words.slot(self.cap), self.words.host,
                                   2 * _ERROR_SLOTS, False)
-                if self.workspace is None:
-                    self.op_fallback_scratch = _ops._framework_alloc(
-                        self.kv.k, (min(self.max_queries, 32) * _ops.decode_scratch_floats(
-                            self.cap, self.n_head, self.kv.head_dim),), "float32")
-                    ws = self.op_fallback_scratch
-                else:
-                    ws = self.workspace
-                fb.set_scratch(_facts_for(ws).ptr(ws), int(np.prod(A.shape(ws))))
                 self._fallback = fb
+                # A prompt kernel refused at run time (rare): the fallback's scratch, 32 queries at a time.
+                self._fallback_floats = min(self.max_queries, 32) * _ops.decode_scratch_floats(
+                    self.cap, self.n_head, self.kv.head_dim)
             f = _facts_for(q)
+            scratch = self.workspace
+            if scratch is None or int(np.prod(A.shape(scratch))) < self._fallback_floats:
+                scratch = f.scratch(q, self._fallback_floats)
             r = self._fallback.run(f.ptr(q), f.ptr(out), f.ptr(ids), f.ptr(width), A.shape(q)[0], self.cap,
-                                   4 if steps else 1, s)
+                                   4 if steps else 1, s, f.ptr(scratch), int(np.prod(A.shape(scratch))))
             if not r:
                 return
             st = r[0]
@@ -450,42 +510,45 @@ def plan(kv: Any, op: str = "decode", max_queries: int = 1, cap: int = 2048, var
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The plain calls: a cached plan per (op, KV cache, variant, queries, cap, stream, check mode)
+# The plain calls: a cached plan per (op, KV cache, variant, queries, heads, cap, check setting)
 # ---------------------------------------------------------------------------------------------------------------
-_PLANS: OrderedDict = OrderedDict()
+_PLANS: dict = {}
 _PLANS_LOCK = threading.Lock()
-_SHARED: dict[tuple, Any] = {}   # (device, stream) -> the largest scratch handed to the plain calls' plans there
+# The check setting is part of the key (tests and users switch it between calls); os.environ's own mapping is
+# read directly: os.environ.get encodes the name on every call, which cost more than the rest of the key.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(ENV_CHECK) if _ENV_DATA is not None else None
 
 
-def _shared_workspace(device: tuple[str, int], stream: int, like: Any):
-    def get(floats: int):
-        key = (device, stream)
-        ws = _SHARED.get(key)
-        # Plans keep their buffer for life (a captured graph holds its address); a larger need gets a new one.
-        if ws is None or int(np.prod(A.shape(ws))) < floats:
-            ws = _SHARED[key] = _ops._framework_alloc(like, (floats,), "float32")
-        return ws
-    return get
+def _env_check():
+    return _ENV_DATA.get(_ENV_KEY) if _ENV_DATA is not None else os.environ.get(ENV_CHECK)
 
 
-def call(op: int, q: Any, kv: Any, ids: Any, width: Any, variant: Any, out: Any, stream: Any) -> Any:
-    """sk.qsa_prompt_attn / sk.qsa_decode_attn through a cached plan."""
-    f = _facts_for(q)
+def call(op: int, q: Any, kv: Any, ids: Any, width: Any, variant: Any, out: Any, stream: Any,
+         per_call_scratch: bool = False) -> Any:
+    """sk.qsa_prompt_attn / sk.qsa_decode_attn through a cached plan. Direct calls keep one scratch per (device,
+    stream), shared by their plans (no allocation per call); the torch ops' kernels (``per_call_scratch``) take it
+    per call from torch's allocator instead, since torch.compile's CUDA graphs allow no other live allocation in
+    their memory pool."""
     try:
-        dev = f.device_index(q)
-        key = (op, id(kv), variant, q.shape[0], ids.shape[-1], q.shape[1], dev,
-               f.stream(dev, stream), os.environ.get(ENV_CHECK))
+        qs, ids_s = q.shape, ids.shape
+        f = _FACTS.get(type(q)) or _facts_for(q)
+        if per_call_scratch:
+            key = (op, id(kv), variant, qs[0], qs[1], ids_s[-1], _env_check(), None)
+        else:
+            dev = f.device_index(q)
+            key = (op, id(kv), variant, qs[0], qs[1], ids_s[-1], _env_check(), f.stream(dev, stream))
         p = _PLANS.get(key)
     except (AttributeError, IndexError, TypeError):
         p = key = None
     if p is None or p.kv is not kv:
-        p = _new_plan(op, q, kv, ids, width, variant, out, stream, key)
+        p = _new_plan(op, q, kv, ids, width, variant, out, key)
         if p is None:
             return _ops._call_arrays(op, q, kv, ids, width, variant, out, stream)
-    return p.run(q, ids, width, out=out, stream=stream)
+    return p._run(q, ids, width, out, stream, qs, ids_s)
 
 
-def _new_plan(op, q, kv, ids, width, variant, out, stream, key):
+def _new_plan(op, q, kv, ids, width, variant, out, key):
     """Full argument checks (the sentences of ops), then a plan; None where the array path serves the call."""
     c = _ops._check_call(q, kv, ids, width, op)
     _ops._check_out(out, c) if out is not None else None
@@ -497,19 +560,35 @@ def _new_plan(op, q, kv, ids, width, variant, out, stream, key):
         return None
     if A.framework(q) == "torch":
         from . import torch_ops  # noqa: F401  (registers torch.ops.strata_kernels.* once torch is in use)
-    f = _facts_for(q)
-    s = f.stream(key[6], stream)
+    stream = key[-1]
     p = Plan(kv, "prompt" if op == _ops._OP_PROMPT else "decode", c.n_q, c.cap, variant, n_head=c.n_head,
-             _shared_workspace=_shared_workspace(c.device, s, q))
+             workspace=None if stream is None else _Shared(c.device, stream, q), _per_call_scratch=stream is None)
     with _PLANS_LOCK:
+        if len(_PLANS) >= _PLAIN_PLANS:
+            _PLANS.pop(next(iter(_PLANS)))  # the oldest
         _PLANS[key] = p
-        while len(_PLANS) > _PLAIN_PLANS:
-            _PLANS.popitem(last=False)
     return p
 
 
+_SHARED: dict[tuple, Any] = {}   # (device, stream) -> the largest scratch the direct calls' plans there have used
+
+
+class _Shared:
+    """The direct calls' scratch on one (device, stream): plans share the largest so far. A plan keeps the buffer it
+    was given for its life (a captured graph holds its address); a larger need makes a new one for later plans."""
+
+    def __init__(self, device, stream, like):
+        self.key, self.like = (device, stream), like
+
+    def get(self, floats: int):
+        ws = _SHARED.get(self.key)
+        if ws is None or int(np.prod(A.shape(ws))) < floats:
+            ws = _SHARED[self.key] = _ops._framework_alloc(self.like, (floats,), "float32")
+        return ws
+
+
 def clear() -> None:
-    """Forget the plain calls' cached plans and scratch (tests; the error words stay, as the device does)."""
+    """Forget the plain calls' cached plans (tests; the error words stay, as the device does)."""
     with _PLANS_LOCK:
         _PLANS.clear()
         _SHARED.clear()

@@ -17,9 +17,9 @@ _KV_MAX = 4096
 
 def _kv(fmt: str, k, k_scale, v, v_scale, page_table) -> ops.KVCache:
     """The KVCache view of these pools; built (and checked) once per set of pools, then looked up."""
+    # Addresses are unique across devices (unified addressing); the format fixes the dtypes and k's shape fixes v's.
     key = (fmt, k.data_ptr(), v.data_ptr(), None if k_scale is None else k_scale.data_ptr(),
-           None if v_scale is None else v_scale.data_ptr(), page_table.data_ptr(), k.shape, v.shape,
-           page_table.shape, k.dtype, v.dtype, k.device)
+           None if v_scale is None else v_scale.data_ptr(), page_table.data_ptr(), k.shape, page_table.shape)
     kv = _KV.get(key)
     if kv is None:
         kv = _make_kv(fmt, k, k_scale, v, v_scale, page_table)

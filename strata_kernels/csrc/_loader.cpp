@@ -165,9 +165,13 @@ bool pending(const Bound &b) {
 }
 
 nb::object run_bound(Bound &b, uintptr_t q, uintptr_t out, uintptr_t ids, uintptr_t width, int64_t n_q, int64_t cap,
-                     int64_t width_stride, uintptr_t stream) {
+                     int64_t width_stride, uintptr_t stream, uintptr_t scratch, int64_t scratch_floats) {
     if (b.scan && pending(b)) return nb::make_tuple(kPending, std::string());
     strata_attn_args a = b.a;
+    if (scratch) {  // this call's own scratch (the plain calls': the framework's stream-ordered allocator)
+        a.scratch = reinterpret_cast<float *>(scratch);
+        a.scratch_floats = scratch_floats;
+    }
     a.n_q = n_q;
     a.cap = cap;
     a.width_stride = width_stride;
@@ -185,7 +189,7 @@ nb::object run_bound(Bound &b, uintptr_t q, uintptr_t out, uintptr_t ids, uintpt
     {
         nb::gil_scoped_release release;
         std::unique_lock<std::mutex> lk;
-        if (a.scratch) lk = std::unique_lock<std::mutex>(scratch_lock(a.scratch));
+        if (a.scratch && !scratch) lk = std::unique_lock<std::mutex>(scratch_lock(a.scratch));
         st = b.op == STRATA_OP_PROMPT ? b.plugin->api->prompt_attn(&a, var, err, sizeof(err))
                                       : b.plugin->api->decode_attn(&a, var, err, sizeof(err));
     }
@@ -351,7 +355,8 @@ NB_MODULE(_loader, m) {
 
     nb::class_<Bound>(m, "Bound")
         .def("run", &run_bound, nb::arg("q"), nb::arg("out"), nb::arg("ids"), nb::arg("width"), nb::arg("n_q"),
-             nb::arg("cap"), nb::arg("width_stride"), nb::arg("stream"),
+             nb::arg("cap"), nb::arg("width_stride"), nb::arg("stream"), nb::arg("scratch") = 0,
+             nb::arg("scratch_floats") = 0,
              "Launch with raw pointers (already checked); 0, or (status, sentence[, bad0, bad1]).")
         .def(
             "run_arrays",
@@ -359,7 +364,7 @@ NB_MODULE(_loader, m) {
                 return run_bound(b, reinterpret_cast<uintptr_t>(q.data()), reinterpret_cast<uintptr_t>(out.data()),
                                  reinterpret_cast<uintptr_t>(ids.data()), reinterpret_cast<uintptr_t>(width.data()),
                                  q.ndim() ? int64_t(q.shape(0)) : 0, ids.ndim() == 2 ? int64_t(ids.shape(1)) : 0,
-                                 width_stride, stream);
+                                 width_stride, stream, 0, 0);
             },
             nb::arg("q").noconvert(), nb::arg("out").noconvert(), nb::arg("ids").noconvert(),
             nb::arg("width").noconvert(), nb::arg("width_stride"), nb::arg("stream"),
