@@ -392,14 +392,6 @@ def _call(op: int, q, kv, ids, width, variant, out, stream):
     return _PLAN_CALL(op, q, kv, ids, width, variant, out, stream)
 
 
-def _plain_call(op: int, q, kv, ids, width, variant, out, stream):
-    """The eager call through a cached plan, scratch per call (the registered torch ops' kernels)."""
-    global _PLAN_CALL
-    if _PLAN_CALL is None:
-        from .plans import call as _PLAN_CALL
-    return _PLAN_CALL(op, q, kv, ids, width, variant, out, stream, True)
-
-
 _MANIFESTS: dict[int, dict] = {}
 
 

@@ -250,6 +250,7 @@ class Plan:
         if variant == "fp64":
             raise Unsupported("variant 'fp64' (the FP64 oracle) has no plan: call sk.qsa_*_attn with variant='fp64'")
         self.kv, self.op, self.max_queries, self.cap, self.variant = kv, op, max_queries, cap, variant
+        self.head_dim = kv.head_dim
         self.device = kv.device
         self.plugin = _ops._plugin(self.device)
         self.n_head = n_head if n_head is not None else self._n_head_from_manifest()
@@ -290,12 +291,22 @@ class Plan:
         return groups[0] * self.kv.n_head_kv
 
     def _bind(self, op: int, variant: str | None):
-        kv = self.kv
-        ptr = _facts_for(kv.k).ptr
-        addr = [0 if a is None else ptr(a) for a in (kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale)]
-        return self.plugin.bind(op, variant, kv.format_code, addr[0], kv.n_pages, *addr[1:], kv.n_head_kv,
-                                kv.head_dim, self.group, kv.n_phys_pages, _ops._DEVICE_KIND_CODE[self.device[0]],
-                                self.device[1])
+        if not hasattr(self, "_kv_addr"):
+            kv = self.kv
+            ptr = _facts_for(kv.k).ptr
+            addr = [0 if a is None else ptr(a) for a in (kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale)]
+            self._kv_addr = (kv.format_code, addr[0], kv.n_pages, *addr[1:], kv.n_head_kv, kv.head_dim)
+            self._kv_phys = kv.n_phys_pages
+        fmt, pt, n_pages, k, v, ks, vs, n_head_kv, head_dim = self._kv_addr
+        return self.plugin.bind(op, variant, fmt, pt, n_pages, k, v, ks, vs, n_head_kv, head_dim, self.group,
+                                self._kv_phys, _ops._DEVICE_KIND_CODE[self.device[0]], self.device[1])
+
+    def _kv_for(self, kvargs) -> Any:
+        """The KV cache of a call: the plan's, or (torch ops' plans, which keep no tensors) the call's own."""
+        if self.kv is not None or kvargs is None:
+            return self.kv
+        from .torch_ops import view_of
+        return view_of(*kvargs)
 
     def which(self, n_q: int | None = None) -> _ops.Which:
         """The variant a run of ``n_q`` queries would take, and why."""
@@ -342,29 +353,29 @@ class Plan:
         (or steps [n_q, 4]); writes ``out`` (allocated in q's framework when None) and returns it."""
         return self._run(q, ids, width, out, stream, q.shape, ids.shape)
 
-    def _run(self, q, ids, width, out, stream, qs, ids_s):
+    def _run(self, q, ids, width, out, stream, qs, ids_s, kvargs=None):
         if self._torch_fast and type(q) is self._tensor_type:
-            return self._run_torch(q, ids, width, out, stream, qs, ids_s)
+            return self._run_torch(q, ids, width, out, stream, qs, ids_s, kvargs)
         f = _facts_for(q)
         ws = width.shape
         dev = self._dev_index
         n_q = qs[0] if len(qs) == 3 else -1
-        if (q.dtype != f.f32 or len(qs) != 3 or qs[1] != self.n_head or qs[2] != self.kv.head_dim
+        if (q.dtype != f.f32 or len(qs) != 3 or qs[1] != self.n_head or qs[2] != self.head_dim
                 or not 0 < n_q <= self.max_queries or f.device_index(q) != dev or not f.contig(q)
                 or ids.dtype != f.i32 or len(ids_s) != 2 or ids_s[0] != n_q or ids_s[1] != self.cap
                 or f.device_index(ids) != dev or not f.contig(ids)
                 or width.dtype != f.i32 or ws[0] != n_q or len(ws) > 2 or (len(ws) == 2 and ws[1] != 4)
                 or f.device_index(width) != dev or not f.contig(width)):
             if n_q == 0:
-                return _ops._check_out(out, _ops._check_call(q, self.kv, ids, width, _OPS[self.op]))
-            self._mismatch(q, ids, width, out)
+                return _ops._check_out(out, _ops._check_call(q, self._kv_for(kvargs), ids, width, _OPS[self.op]))
+            self._mismatch(q, ids, width, out, kvargs)
         if out is None:
             out = _ops._framework_alloc(q, tuple(qs), "float32")
         elif out.dtype != f.f32 or out.shape != qs or f.device_index(out) != dev or not f.contig(out) \
                 or type(out) is not type(q):
-            self._mismatch(q, ids, width, out)
+            self._mismatch(q, ids, width, out, kvargs)
         if self._legacy:
-            return self._run_legacy(q, ids, width, out, stream)
+            return self._run_legacy(q, ids, width, out, stream, kvargs)
         s = f.stream(dev, stream)
         if f.arrays:
             r = self._bound.run_arrays(q, out, ids, width, 4 if len(ws) == 2 else 1, s)
@@ -376,20 +387,20 @@ class Plan:
             r = self._bound.run(f.ptr(q), f.ptr(out), f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1,
                                 s)
         if r:
-            self._outcome(r, q, ids, width, out, stream, s, len(ws) == 2)
+            self._outcome(r, q, ids, width, out, stream, s, len(ws) == 2, kvargs)
         elif self.mode == "sync" and self.words is not None:
             self.plugin.sync_stream(_ops._DEVICE_KIND_CODE[self.device[0]], self.device[1], s)
-            self._raise_synced(q, ids, width)
+            self._raise_synced(q, ids, width, kvargs)
         return out
 
-    def _run_torch(self, q, ids, width, out, stream, qs, ids_s):
+    def _run_torch(self, q, ids, width, out, stream, qs, ids_s, kvargs=None):
         """_run for torch tensors on this plan's device, the checks written out (no per-array calls)."""
         f = self._facts
         dev, f32, i32 = self._dev_index, f.f32, f.i32
         ws = width.shape
         n_q = qs[0] if len(qs) == 3 else -1
         on_dev = dev >= 0
-        if (q.dtype != f32 or len(qs) != 3 or qs[1] != self.n_head or qs[2] != self.kv.head_dim
+        if (q.dtype != f32 or len(qs) != 3 or qs[1] != self.n_head or qs[2] != self.head_dim
                 or not 0 < n_q <= self.max_queries or not q.is_contiguous()
                 or (q.get_device() != dev if on_dev else not q.is_cpu)
                 or ids.dtype != i32 or len(ids_s) != 2 or ids_s[0] != n_q or ids_s[1] != self.cap
@@ -397,15 +408,15 @@ class Plan:
                 or width.dtype != i32 or ws[0] != n_q or len(ws) > 2 or (len(ws) == 2 and ws[1] != 4)
                 or not width.is_contiguous() or (width.get_device() != dev if on_dev else not width.is_cpu)):
             if n_q == 0:
-                return _ops._check_out(out, _ops._check_call(q, self.kv, ids, width, _OPS[self.op]))
-            self._mismatch(q, ids, width, out)
+                return _ops._check_out(out, _ops._check_call(q, self._kv_for(kvargs), ids, width, _OPS[self.op]))
+            self._mismatch(q, ids, width, out, kvargs)
         if out is None:
             out = f.torch.empty(qs, dtype=f32, device=q.device)
         elif (out.dtype != f32 or out.shape != qs or not out.is_contiguous() or type(out) is not type(q)
               or (out.get_device() != dev if on_dev else not out.is_cpu)):
-            self._mismatch(q, ids, width, out)
+            self._mismatch(q, ids, width, out, kvargs)
         if self._legacy:
-            return self._run_legacy(q, ids, width, out, stream)
+            return self._run_legacy(q, ids, width, out, stream, kvargs)
         s = (f.stream(dev, stream) if stream is not None or not on_dev or f.raw_stream is None
              else f.raw_stream(dev))
         stride = 4 if len(ws) == 2 else 1
@@ -417,15 +428,15 @@ class Plan:
             r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, stride,
                                 s)
         if r:
-            self._outcome(r, q, ids, width, out, stream, s, stride == 4)
+            self._outcome(r, q, ids, width, out, stream, s, stride == 4, kvargs)
         elif self.mode == "sync" and self.words is not None:
             self.plugin.sync_stream(_ops._DEVICE_KIND_CODE[self.device[0]], self.device[1], s)
-            self._raise_synced(q, ids, width)
+            self._raise_synced(q, ids, width, kvargs)
         return out
 
-    def _mismatch(self, q, ids, width, out):
+    def _mismatch(self, q, ids, width, out, kvargs=None):
         """Say precisely what differs: the full argument checks first, then the plan's own facts."""
-        c = _ops._check_call(q, self.kv, ids, width, _OPS[self.op])
+        c = _ops._check_call(q, self._kv_for(kvargs), ids, width, _OPS[self.op])
         _ops._check_out(out, c) if out is not None else None
         if c.n_head != self.n_head:
             raise ValueError(f"q: expected n_head {self.n_head} (this plan), got {c.n_head}")
@@ -439,14 +450,15 @@ class Plan:
         raise TypeError(f"q, ids, width, out: an argument's type differs from this plan's: {A.describe(q)}, "
                         f"{A.describe(ids)}, {A.describe(width)}, {A.describe(out)}")
 
-    def _outcome(self, r, q, ids, width, out, stream, s, steps):
+    def _outcome(self, r, q, ids, width, out, stream, s, steps, kvargs=None):
         from . import _loader
         st = r[0]
         if st == _loader.PENDING:
             self.words.raise_pending()
-            return self.run(q, ids, width, out=out, stream=stream)  # the word was reset meanwhile: launch now
+            # The word was reset meanwhile (another thread reported it): launch now.
+            return self._run(q, ids, width, out, stream, q.shape, ids.shape, kvargs)
         if st == _loader.FLAGGED:
-            c = self._call_facts(q, ids, width, steps)
+            c = self._call_facts(q, ids, width, steps, kvargs)
             _ops._raise_offence(int(r[2]), int(r[3]), c)
         if st == _loader.REFUSED and self.variant is None:
             # A refused kernel (shared-memory opt-in, split decode without room in the scratch) falls back to the
@@ -459,7 +471,7 @@ class Plan:
                 self._fallback = fb
                 # A prompt kernel refused at run time (rare): the fallback's scratch, 32 queries at a time.
                 self._fallback_floats = min(self.max_queries, 32) * _ops.decode_scratch_floats(
-                    self.cap, self.n_head, self.kv.head_dim)
+                    self.cap, self.n_head, self.head_dim)
             f = _facts_for(q)
             scratch = self.workspace
             if scratch is None or int(np.prod(A.shape(scratch))) < self._fallback_floats:
@@ -473,26 +485,27 @@ class Plan:
             raise Unsupported(r[1])
         raise StrataError(f"{self.op} attention failed: {r[1]}")
 
-    def _call_facts(self, q, ids, width, steps) -> _ops._Call:
+    def _call_facts(self, q, ids, width, steps, kvargs=None) -> _ops._Call:
         n_q = A.shape(q)[0]
-        return _ops._Call(q, self.kv, ids, width, 4 if steps else 1, n_q, self.n_head, self.group, self.cap,
+        return _ops._Call(q, self._kv_for(kvargs), ids, width, 4 if steps else 1, n_q, self.n_head, self.group, self.cap,
                           self.device)
 
-    def _raise_synced(self, q, ids, width) -> None:
+    def _raise_synced(self, q, ids, width, kvargs=None) -> None:
         v = self.words.view
         slot = self.words.slot(self.cap)
         b0, b1 = int(v[2 * slot]), int(v[2 * slot + 1])
         if b0 == _NO_OFFENCE and b1 == _NO_OFFENCE:
             return
         v[2 * slot:2 * slot + 2] = _NO_OFFENCE
-        _ops._raise_offence(b0, b1, self._call_facts(q, ids, width, len(A.shape(width)) == 2))
+        _ops._raise_offence(b0, b1, self._call_facts(q, ids, width, len(A.shape(width)) == 2, kvargs))
 
-    def _run_legacy(self, q, ids, width, out, stream):
+    def _run_legacy(self, q, ids, width, out, stream, kvargs=None):
         """A plugin without host words (older builds, SYCL): a framework flag read after the call (synchronises)."""
-        return _ops._call_arrays(_OPS[self.op], q, self.kv, ids, width, self.variant, out, stream)
+        return _ops._call_arrays(_OPS[self.op], q, self._kv_for(kvargs), ids, width, self.variant, out, stream)
 
     def __repr__(self) -> str:
-        return (f"Plan({self.op}, {self.kv!r}, max_queries={self.max_queries}, cap={self.cap}, n_head={self.n_head}, "
+        kv = "the call's KV view" if self.kv is None else repr(self.kv)
+        return (f"Plan({self.op}, {kv}, max_queries={self.max_queries}, cap={self.cap}, n_head={self.n_head}, "
                 f"variant={self.variant!r}, workspace_floats={self.workspace_floats}, errors={self.mode})")
 
 
@@ -524,20 +537,13 @@ def _env_check():
     return _ENV_DATA.get(_ENV_KEY) if _ENV_DATA is not None else os.environ.get(ENV_CHECK)
 
 
-def call(op: int, q: Any, kv: Any, ids: Any, width: Any, variant: Any, out: Any, stream: Any,
-         per_call_scratch: bool = False) -> Any:
-    """sk.qsa_prompt_attn / sk.qsa_decode_attn through a cached plan. Direct calls keep one scratch per (device,
-    stream), shared by their plans (no allocation per call); the torch ops' kernels (``per_call_scratch``) take it
-    per call from torch's allocator instead, since torch.compile's CUDA graphs allow no other live allocation in
-    their memory pool."""
+def call(op: int, q: Any, kv: Any, ids: Any, width: Any, variant: Any, out: Any, stream: Any) -> Any:
+    """sk.qsa_prompt_attn / sk.qsa_decode_attn through a cached plan. The plans of one (device, stream) share one
+    scratch (no allocation per call); the torch ops keep their own plans (torch_ops: scratch per call)."""
     try:
         qs, ids_s = q.shape, ids.shape
         f = _FACTS.get(type(q)) or _facts_for(q)
-        if per_call_scratch:
-            key = (op, id(kv), variant, qs[0], qs[1], ids_s[-1], _env_check(), None)
-        else:
-            dev = f.device_index(q)
-            key = (op, id(kv), variant, qs[0], qs[1], ids_s[-1], _env_check(), f.stream(dev, stream))
+        key = (op, id(kv), variant, qs[0], qs[1], ids_s[-1], _env_check(), f.stream(f.device_index(q), stream))
         p = _PLANS.get(key)
     except (AttributeError, IndexError, TypeError):
         p = key = None
@@ -548,8 +554,9 @@ def call(op: int, q: Any, kv: Any, ids: Any, width: Any, variant: Any, out: Any,
     return p._run(q, ids, width, out, stream, qs, ids_s)
 
 
-def _new_plan(op, q, kv, ids, width, variant, out, key):
-    """Full argument checks (the sentences of ops), then a plan; None where the array path serves the call."""
+def _new_plan(op, q, kv, ids, width, variant, out, key, cache: dict | None = None):
+    """Full argument checks (the sentences of ops), then a plan kept in ``cache`` (the plain calls' by default);
+    None where the array path serves the call. A key ending in None gives a plan whose scratch comes per call."""
     c = _ops._check_call(q, kv, ids, width, op)
     _ops._check_out(out, c) if out is not None else None
     if variant == "auto":
@@ -563,10 +570,11 @@ def _new_plan(op, q, kv, ids, width, variant, out, key):
     stream = key[-1]
     p = Plan(kv, "prompt" if op == _ops._OP_PROMPT else "decode", c.n_q, c.cap, variant, n_head=c.n_head,
              workspace=None if stream is None else _Shared(c.device, stream, q), _per_call_scratch=stream is None)
+    cache = _PLANS if cache is None else cache
     with _PLANS_LOCK:
-        if len(_PLANS) >= _PLAIN_PLANS:
-            _PLANS.pop(next(iter(_PLANS)))  # the oldest
-        _PLANS[key] = p
+        if len(cache) >= _PLAIN_PLANS:
+            cache.pop(next(iter(cache)))  # the oldest
+        cache[key] = p
     return p
 
 

@@ -152,3 +152,27 @@ def test_torch_compile_fullgraph_over_the_public_calls(sk, case):
     out = torch.empty_like(q)
     p = step(q, ids, width, out)
     assert torch.equal(out, ref) and torch.equal(p, ref_p)
+
+
+def test_torch_op_plans_hold_no_tensors_and_report_errors(sk, case):
+    """torch.compile's CUDA graphs allow no untracked live tensor in their pool: the ops' plans keep only addresses."""
+    torch = pytest.importorskip("torch")
+    import gc
+    import weakref
+
+    from strata_kernels import torch_ops
+    q, kv, ids, width = _torch_case(torch, sk, case)
+    pools = [kv.k.clone(), kv.k_scale.clone(), kv.v.clone(), kv.v_scale.clone(), kv.page_table.clone()]
+    ref = sk.qsa_decode_attn(q, kv, ids, width)
+    out = torch.ops.strata_kernels.qsa_decode_attn(q, "int8", pools[0], pools[1], pools[2], pools[3], pools[4], ids,
+                                                   width)
+    assert torch.equal(out, ref)
+    assert all(p.kv is None for p in torch_ops._PLANS.values())
+    bad = ids.clone()
+    bad[1, 2] = -7
+    with pytest.raises(ValueError, match=r"ids: query 1, position 2 holds cell -7"):
+        torch.ops.strata_kernels.qsa_decode_attn(q, "int8", *pools, bad, width)
+    refs = [weakref.ref(t) for t in pools]
+    del pools
+    gc.collect()
+    assert all(r() is None for r in refs)
