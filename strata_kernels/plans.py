@@ -160,9 +160,7 @@ class _Generic:
 
     @staticmethod
     def stream(index: int, stream: Any) -> int:
-        return 0 if index < 0 and stream is None else _ops._stream_handle(_Generic._probe, stream)
-
-    _probe = None
+        return 0 if stream is None else _ops._stream_handle(None, stream)
 
     contig = staticmethod(A.is_c_contiguous)
 
@@ -275,8 +273,9 @@ class Plan:
         self._tensor_type = self._facts.torch.Tensor if self._torch_fast else None
         self.workspace_floats = self._scratch_floats()
         self.workspace = None
-        # The plain calls take their scratch per call from the framework's stream-ordered allocator (safe on any
-        # stream, in torch's CUDA graphs and torch.compile's); a plan made by sk.plan owns it (or the caller's).
+        # A plan made by sk.plan owns its scratch (or uses the caller's); the direct calls' plans share one per
+        # (device, stream); the torch ops' plans take it per call from torch's stream-ordered allocator, the one
+        # thing torch.compile's CUDA graphs allow in their memory pool.
         self._scratch_per_call = bool(self.workspace_floats) and _per_call_scratch
         if self.workspace_floats and not self.on_host and not _per_call_scratch:
             self._set_workspace(workspace)
