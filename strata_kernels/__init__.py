@@ -10,7 +10,8 @@ from .errors import PluginError, StrataError, TargetError, ToolchainError, Unsup
 from .ops import KVCache  # noqa: E402
 
 __all__ = [
-    "KVCache", "qsa_prompt_attn", "qsa_decode_attn", "which", "explain", "reference", "testing",
+    "KVCache", "qsa_prompt_attn", "qsa_decode_attn", "which", "plan", "Plan", "check_errors", "explain", "reference",
+    "testing",
     "Unsupported", "StrataError", "TargetError", "ToolchainError", "PluginError", "__version__",
 ]
 
@@ -19,7 +20,12 @@ def __getattr__(name: str):
     # Lazy: the calls pull in the resolver and the native loader only when first used.
     if name in ("qsa_prompt_attn", "qsa_decode_attn", "which"):
         from . import ops
-        return getattr(ops, name)
+        value = globals()[name] = getattr(ops, name)  # kept: later look-ups skip this function (hot path)
+        return value
+    if name in ("plan", "Plan", "check_errors"):
+        from . import plans as _plans
+        value = globals()[name] = getattr(_plans, name)
+        return value
     if name == "explain":
         from .resolve import explain
         return explain

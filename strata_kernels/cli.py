@@ -125,9 +125,12 @@ def make_parser() -> argparse.ArgumentParser:
     parity.add_arguments(s)
     s.set_defaults(func=parity.run)
 
-    s = sub.add_parser("bench", help="time the plugin against numpy/torch baselines on the same inputs")
+    from . import bench_overhead
+    s = sub.add_parser("bench", help="time the plugin against numpy/torch baselines on the same inputs "
+                                     "(--overhead: the host time per call)")
     bench.add_arguments(s)
-    s.set_defaults(func=bench.run)
+    bench_overhead.add_arguments(s)
+    s.set_defaults(func=lambda a: (bench_overhead.run if a.overhead else bench.run)(a))
     return p
 
 

@@ -161,6 +161,7 @@ class KVCache:
 # ---------------------------------------------------------------------------------------------------------------
 import json as _json
 import os as _os
+import sys as _sys
 from typing import NamedTuple
 
 from .errors import StrataError
@@ -322,15 +323,15 @@ def grouped_scratch_floats(n_q: int, cap: int, group: int) -> int:
     return (groups * nq * cap * 16 + groups * 4 + 64) // 4
 
 
-def _raise_flag(bad: Any, c: _Call) -> None:
+def _raise_offence(pos: int, width_query: int, c: _Call) -> None:
+    """The ValueError of an offence the kernels recorded (bad[0] = pos, bad[1] = width_query), read off the arrays."""
     import numpy as np
-    b = np.asarray(_to_host(bad)).reshape(-1)
-    if int(b[1]) != _INT64_MAX:
-        qi = int(b[1])
+    if width_query != _INT64_MAX:
+        qi = width_query
         w = int(np.asarray(_to_host(c.width)).reshape(c.n_q, c.width_stride)[qi, c.width_stride - 1])
         raise ValueError(f"width: query {qi} has width {w}, expected 0 <= width <= cap = {c.cap}")
-    if int(b[0]) != _INT64_MAX:
-        qi, j = divmod(int(b[0]), c.cap)
+    if pos != _INT64_MAX:
+        qi, j = divmod(pos, c.cap)
         cell = int(np.asarray(_to_host(c.ids))[qi, j])
         n_cells = c.kv.n_pages * PAGE
         if not 0 <= cell < n_cells:
@@ -341,7 +342,9 @@ def _raise_flag(bad: Any, c: _Call) -> None:
                          f"expected -1 or a physical page in [0, {c.kv.n_phys_pages})")
 
 
-def _call(op: int, q, kv, ids, width, variant, out, stream):
+def _call_arrays(op: int, q, kv, ids, width, variant, out, stream):
+    """The call through the loader's array interface with a per-call flag read back at once (synchronises a GPU):
+    the FP64 oracle, empty calls, and plugins without host words (older builds, SYCL)."""
     if A.framework(q) == "torch":
         from . import torch_ops  # noqa: F401  (registers torch.ops.strata_kernels.* once torch is in use)
     c = _check_call(q, kv, ids, width, op)
@@ -371,14 +374,32 @@ def _call(op: int, q, kv, ids, width, variant, out, stream):
     if st == _loader.REFUSED and variant is None:
         # A refused kernel (shared-memory opt-in, split decode without room in the scratch) falls back to the chunk +
         # merge algorithm, as the engine does (QSA_SPEC §5.4 rule 11, §4.9).
-        return _call(_OP_DECODE, q, kv, ids, width, "fp32", out, stream)
+        return _call_arrays(_OP_DECODE, q, kv, ids, width, "fp32", out, stream)
     if st in (_loader.REFUSED, _loader.UNSUPPORTED):
         raise Unsupported(msg)
     if st != _loader.OK:
         raise StrataError(f"{'prompt' if op == _OP_PROMPT else 'decode'} attention failed: {msg}")
     if _os.environ.get("STRATA_KERNELS_CHECK_IDS", "1") != "0":
-        _raise_flag(bad, c)
+        import numpy as np
+        b = np.asarray(_to_host(bad)).reshape(-1)
+        _raise_offence(int(b[0]), int(b[1]), c)
     return out
+
+
+_IS_COMPILING = None    # torch.compiler.is_compiling once torch is in use (set by torch_ops)
+_CALL_OP = None         # torch_ops.call_op (set by torch_ops)
+_PLAN_CALL = None       # plan.call, bound on first use (plans imports this module)
+
+
+def _call(op: int, q, kv, ids, width, variant, out, stream):
+    global _PLAN_CALL
+    c = _IS_COMPILING
+    if c is not None and c():
+        # Inside torch.compile: the registered op, so the call stays in the graph (torch_ops).
+        return _CALL_OP(op, q, kv, ids, width, variant, out)
+    if _PLAN_CALL is None:
+        from .plans import call as _PLAN_CALL
+    return _PLAN_CALL(op, q, kv, ids, width, variant, out, stream)
 
 
 _MANIFESTS: dict[int, dict] = {}
@@ -455,3 +476,8 @@ def which(q: Any, kv: KVCache, ids: Any, width: Any, *, path: str = "prompt", va
     if st != _loader.OK:
         raise Unsupported(why)
     return Which(name, why)
+
+
+if "torch" in _sys.modules:
+    # torch is already in use: register the ops now, so a first call inside torch.compile finds them.
+    from . import torch_ops  # noqa: E402,F401

@@ -9,6 +9,7 @@ K pool (codes, then scales), V pool (codes, then scales), page-table shuffle, qu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -307,3 +308,26 @@ def make_case(fmt: str | int, ctx: int, n_q: int, seed: int | None = None, holes
     return Case(q=np.ascontiguousarray(q), kv=kv, ids=np.ascontiguousarray(ids), width=width, fmt=name, ctx=ctx,
                 n_q=n_q, seed=int(seed), name=f"{label}, ctx {ctx}, {n_q} queries", label=label, holes=holes,
                 width0=width0, real_scales=real_scales, periodic=periodic)
+
+
+def in_threads(call: Callable[[int], Any], n_threads: int, repeats: int = 3) -> list:
+    """``call(i)`` ``repeats`` times on each of ``n_threads`` threads at once; the last result per thread. The first
+    exception of any thread is raised here."""
+    import threading
+    results, errors = [None] * n_threads, []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(repeats):
+                results[i] = call(i)
+        except Exception as e:  # noqa: BLE001 - raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results

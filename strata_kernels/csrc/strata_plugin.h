@@ -105,7 +105,19 @@ typedef struct strata_plugin_api {
      * STRATA_OK or STRATA_UNSUPPORTED (a forced variant that cannot run; why says so). */
     int (*which)(const strata_attn_args *args, int op, const char *variant,
                  char *name, size_t name_n, char *why, size_t why_n);
+
+    /* Appended after the first release (struct_size tells whether a plugin has them; NULL = not provided).
+     * host_words: `bytes` of host memory that kernels on `dev` can write (CUDA/HIP: mapped pinned memory), for the
+     * per-device error words the caller reads without synchronising; *host is the host address, *device the
+     * address to pass as args.bad. free_host_words releases it. sync_stream waits for `stream` on `dev` (the debug
+     * setting that raises an out-of-range error at the offending call). */
+    int (*host_words)(const strata_device *dev, size_t bytes, void **host, void **device, char *err, size_t err_n);
+    int (*free_host_words)(const strata_device *dev, void *host, char *err, size_t err_n);
+    int (*sync_stream)(const strata_device *dev, void *stream, char *err, size_t err_n);
 } strata_plugin_api;
+
+/* The size of the table a first-release plugin exports (everything up to and including `which`). */
+#define STRATA_PLUGIN_API_V1_SIZE (offsetof(strata_plugin_api, which) + sizeof(void *))
 
 typedef const strata_plugin_api *(*strata_plugin_entry_fn)(void);
 

@@ -1,5 +1,4 @@
 """Bad inputs, determinism, threads, frameworks, variants and `which` on the CPU plugin."""
-import threading
 
 import numpy as np
 import pytest
@@ -30,21 +29,7 @@ def test_thread_count_does_not_change_bits(sk, case, monkeypatch):
 
 def test_calls_from_four_threads_at_once(sk, case):
     expected = sk.qsa_prompt_attn(case.q, case.kv, case.ids, case.width)
-    results, errors = [None] * 4, []
-
-    def work(i):
-        try:
-            for _ in range(3):
-                results[i] = sk.qsa_prompt_attn(case.q, case.kv, case.ids, case.width)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    results = testing.in_threads(lambda i: sk.qsa_prompt_attn(case.q, case.kv, case.ids, case.width), 4)
     for r in results:
         assert r.tobytes() == expected.tobytes()
 

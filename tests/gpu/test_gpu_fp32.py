@@ -62,7 +62,9 @@ def test_more_than_65535_queries_are_split(to_cuda):
     assert err <= 1e-5 * scale
 
 
-def test_out_of_range_ids_raise_from_the_device(to_cuda):
+def test_out_of_range_ids_raise_from_the_device(to_cuda, monkeypatch):
+    # The immediate report of the debug setting; the default (lazy) report: test_callpath_gpu.py.
+    monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
     case = testing.make_case("int8", 2100, 8)
     case.ids[3, 5] = 10**8
     q, kv, ids, width = to_cuda(case)

@@ -1,0 +1,178 @@
+"""The engine's call path on the CPU plugin: plans, the cached plans of the plain calls, error reporting, the torch
+ops (Library registration, opcheck, torch.compile) and the persistent workers."""
+import time
+
+import numpy as np
+import pytest
+
+from strata_kernels import testing
+
+
+@pytest.fixture(scope="module")
+def case():
+    return testing.make_case("int8", 2100, 16)
+
+
+def test_plan_run_equals_the_plain_call_bitwise(sk, case):
+    ref = sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width)
+    p = sk.plan(case.kv, op="decode", max_queries=16, cap=case.ids.shape[1])
+    out = np.empty_like(case.q)
+    assert p.run(case.q, case.ids, case.width, out=out) is out
+    assert out.tobytes() == ref.tobytes()
+    # Fewer queries than max_queries, and the prompt path.
+    part = p.run(case.q[:5], case.ids[:5], case.width[:5])
+    assert part.tobytes() == ref[:5].tobytes()
+    pp = sk.plan(case.kv, op="prompt", max_queries=16, cap=case.ids.shape[1])
+    assert pp.run(case.q, case.ids, case.width).tobytes() == sk.qsa_prompt_attn(case.q, case.kv, case.ids,
+                                                                                 case.width).tobytes()
+    assert pp.which().variant == "fp32"
+
+
+def test_plan_run_checks_shapes_dtypes_and_devices(sk, case):
+    p = sk.plan(case.kv, op="decode", max_queries=4, cap=case.ids.shape[1])
+    with pytest.raises(ValueError, match="at most max_queries = 4"):
+        p.run(case.q, case.ids, case.width)
+    with pytest.raises(ValueError, match="expected cap"):
+        p.run(case.q[:2], np.ascontiguousarray(case.ids[:2, :-1]), np.minimum(case.width[:2], 10))
+    with pytest.raises(TypeError, match="ids: expected int32"):
+        p.run(case.q[:2], case.ids[:2].astype(np.int64), case.width[:2])
+    with pytest.raises(ValueError, match="out: expected shape"):
+        p.run(case.q[:2], case.ids[:2], case.width[:2], out=np.empty_like(case.q))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        p.run(case.q[:2], case.ids[:2], case.width[:2], out=np.empty_like(case.q[:4])[::2])
+    with pytest.raises(ValueError, match="op"):
+        sk.plan(case.kv, op="both")
+
+
+def test_plan_from_the_kv_cache_alone_finds_n_head(sk, case):
+    p = sk.plan(case.kv, op="decode", max_queries=1, cap=case.ids.shape[1])
+    assert p.n_head == case.q.shape[1]
+    assert "decode" in repr(p)
+
+
+def test_out_of_range_ids_raise_at_the_cpu_call_and_later_calls_work(sk, case):
+    ids = case.ids.copy()
+    ids[2, 7] = 10**9
+    p = sk.plan(case.kv, op="decode", max_queries=16, cap=ids.shape[1])
+    with pytest.raises(ValueError, match=r"ids: query 2, position 7 holds cell 1000000000, outside the cache"):
+        p.run(case.q, ids, case.width)
+    good = p.run(case.q, case.ids, case.width)
+    assert good.tobytes() == sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width).tobytes()
+    width = case.width.copy()
+    width[4] = ids.shape[1] + 1
+    with pytest.raises(ValueError, match=r"width: query 4 has width"):
+        p.run(case.q, case.ids, width)
+    sk.check_errors()  # nothing pending: host calls report at the call
+
+
+def test_error_words_report_the_first_offence_once(sk):
+    """The per-device words' bookkeeping (a GPU's are mapped pinned memory; the CPU plugin's host words stand in)."""
+    from strata_kernels import ops, plans as plan
+    w = plan._ErrorWords(ops._plugin(("cpu", 0)), ("cpu", 0))
+    s = w.slot(96)
+    assert w.slot(96) == s and w.slot(128) == s + 1
+    w.raise_pending()  # nothing recorded
+    w.view[2 * s] = 5 * 96 + 17
+    with pytest.raises(ValueError, match=r"ids: query 5, position 17 .* earlier call on cpu:0 \(cap 96"):
+        w.raise_pending()
+    w.raise_pending()  # reset after raising
+    w.view[2 * (s + 1) + 1] = 3
+    with pytest.raises(ValueError, match=r"width: query 3 had a width outside \[0, cap = 128\]"):
+        w.raise_pending()
+    assert (w.view == plan._NO_OFFENCE).all()
+
+
+def test_plain_calls_reuse_a_cached_plan(sk, case):
+    from strata_kernels import plans as plan
+    plan.clear()
+    sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width)
+    sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width)
+    assert len(plan._PLANS) == 1
+    sk.qsa_prompt_attn(case.q, case.kv, case.ids, case.width)
+    assert len(plan._PLANS) == 2
+
+
+def test_plans_from_eight_threads_give_the_same_bits(sk, case):
+    p = sk.plan(case.kv, op="decode", max_queries=16, cap=case.ids.shape[1])
+    expected = p.run(case.q, case.ids, case.width)
+    results = testing.in_threads(lambda i: p.run(case.q, case.ids, case.width) if i % 2 else
+                                 sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width), 8)
+    assert all(r.tobytes() == expected.tobytes() for r in results)
+
+
+def test_a_small_decode_runs_inline_and_fast(sk):
+    """1 query over 16 cells: no thread wake-up, no allocation (the issue's budget is 20 us on 2 cores; CI machines
+    vary, so this asserts a loose bound and prints the median)."""
+    c = testing.make_case("int8", 16, 1)
+    p = sk.plan(c.kv, op="decode", max_queries=1, cap=c.ids.shape[1])
+    out = np.empty_like(c.q)
+    ts = []
+    for _ in range(2000):
+        t0 = time.perf_counter()
+        p.run(c.q, c.ids, c.width, out=out)
+        ts.append(time.perf_counter() - t0)
+    med = sorted(ts)[len(ts) // 2] * 1e6
+    print(f"decode 1 x 16 cells: {med:.1f} us per plan.run")
+    assert med < 500
+
+
+# --- torch ---------------------------------------------------------------------------------------------------
+
+def _torch_case(torch, sk, case):
+    t = torch.from_numpy
+    kv = case.kv
+    tkv = sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table))
+    return t(case.q), tkv, t(case.ids), t(case.width)
+
+
+def test_torch_out_op_writes_out_and_passes_opcheck(sk, case):
+    torch = pytest.importorskip("torch")
+    q, kv, ids, width = _torch_case(torch, sk, case)
+    ref = sk.qsa_decode_attn(q, kv, ids, width)
+    out = torch.empty_like(q)
+    args = (q, "int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table, ids, width)
+    torch.ops.strata_kernels.qsa_decode_attn_out(*args, out)
+    assert torch.equal(out, ref)
+    for name in ("qsa_prompt_attn", "qsa_decode_attn"):
+        torch.library.opcheck(getattr(torch.ops.strata_kernels, name).default, args)
+        torch.library.opcheck(getattr(torch.ops.strata_kernels, name + "_out").default, args + (torch.empty_like(q),))
+
+
+def test_torch_compile_fullgraph_over_the_public_calls(sk, case):
+    torch = pytest.importorskip("torch")
+    q, kv, ids, width = _torch_case(torch, sk, case)
+    ref = sk.qsa_decode_attn(q, kv, ids, width)
+    ref_p = sk.qsa_prompt_attn(q, kv, ids, width)
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def step(q, ids, width, out):
+        sk.qsa_decode_attn(q, kv, ids, width, out=out)
+        return sk.qsa_prompt_attn(q * 1.0, kv, ids, width)
+
+    out = torch.empty_like(q)
+    p = step(q, ids, width, out)
+    assert torch.equal(out, ref) and torch.equal(p, ref_p)
+
+
+def test_torch_op_plans_hold_no_tensors_and_report_errors(sk, case):
+    """torch.compile's CUDA graphs allow no untracked live tensor in their pool: the ops' plans keep only addresses."""
+    torch = pytest.importorskip("torch")
+    import gc
+    import weakref
+
+    from strata_kernels import torch_ops
+    q, kv, ids, width = _torch_case(torch, sk, case)
+    pools = [kv.k.clone(), kv.k_scale.clone(), kv.v.clone(), kv.v_scale.clone(), kv.page_table.clone()]
+    ref = sk.qsa_decode_attn(q, kv, ids, width)
+    out = torch.ops.strata_kernels.qsa_decode_attn(q, "int8", pools[0], pools[1], pools[2], pools[3], pools[4], ids,
+                                                   width)
+    assert torch.equal(out, ref)
+    assert all(p.kv is None for p in torch_ops._PLANS.values())
+    bad = ids.clone()
+    bad[1, 2] = -7
+    with pytest.raises(ValueError, match=r"ids: query 1, position 2 holds cell -7"):
+        torch.ops.strata_kernels.qsa_decode_attn(q, "int8", *pools, bad, width)
+    refs = [weakref.ref(t) for t in pools]
+    del pools
+    gc.collect()
+    assert all(r() is None for r in refs)
