@@ -74,7 +74,8 @@ def test_grouped_neighbours_with_disjoint_selections(to_cuda):
     _check(case, g, f)
 
 
-def test_grouped_flags_out_of_range_ids(to_cuda):
+def test_grouped_flags_out_of_range_ids(to_cuda, monkeypatch):
+    monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")  # the immediate sentence (default: at the next call)
     case = testing.make_case("int8", 2100, 12)
     case.ids[6, 9] = 10**8
     q, kv, ids, width = to_cuda(case)
@@ -94,7 +95,8 @@ def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda):
         assert "grouped" in w.reason
 
 
-def test_grouped_flags_page_entries_out_of_range(to_cuda):
+def test_grouped_flags_page_entries_out_of_range(to_cuda, monkeypatch):
+    monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
     case = testing.make_case("int8", 2100, 12)
     page = int(case.ids[4, 100]) // 4
     case.kv.page_table[page] = 10**6
