@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CI matrix (ARCHITECTURE §9): the backend tables expanded into wheel jobs, one per family x platform, and the
+"""The CI matrix: the backend tables expanded into wheel jobs, one per family x platform, and the
 GitHub Actions workflow generated from those jobs.
 
     python ci/matrix.py            the jobs as a table (family, platform, runner, image, targets)

@@ -1,9 +1,9 @@
 """``strata-kernels bench``: the plugin against what a user would run instead, on the same inputs (the parity
-recipe, QSA_SPEC §6.3) in the same run: the same function in plain numpy FP32, and with torch (when importable)
+recipe, docs/verification.md) in the same run: the same function in plain numpy FP32, and with torch (when importable)
 a gather + softmax + matmul, a gather + ``scaled_dot_product_attention`` with a width mask (FP32 and, on a GPU,
-bf16), and on a GPU dense bf16 SDPA over every earlier cell (a different function, timed for scale; §7.5).
+bf16), and on a GPU dense bf16 SDPA over every earlier cell (a different function, timed for scale; docs/results/).
 
-Each method: one warm-up call (its output is checked against the FP64 oracle on the §6.4 sample), then ``reps``
+Each method: one warm-up call (its output is checked against the FP64 oracle on the parity sample), then ``reps``
 timed calls: on a GPU the device time per call by events around the calls queued back to back, and separately the
 median wall time of one call waited for; on the host the median of single calls.
 """
@@ -29,9 +29,9 @@ GPU_METHODS = ("plugin", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "de
                "gather-floor-grouped")
 FLOORS = ("gather-floor", "gather-floor-grouped")   # read-only kernels: no output to check
 CPU_SHAPES = "4096x64,1500x64,2100x64"
-GPU_SHAPES = "32768x2048,1500x1500,2100x256,131072x2048"      # the shapes of QSA_SPEC §7.5
+GPU_SHAPES = "32768x2048,1500x1500,2100x256,131072x2048"      # the shapes of docs/results/
 CPU_REPS, GPU_REPS = 3, 5
-# Queries gathered per torch step: §7.5 uses 256 on a GPU; on the host a smaller step keeps memory low.
+# Queries gathered per torch step: docs/results/ uses 256 on a GPU; on the host a smaller step keeps memory low.
 GPU_CHUNK, CPU_CHUNK = 256, 16
 
 

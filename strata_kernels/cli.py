@@ -121,7 +121,7 @@ def make_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_wheel)
 
     from . import bench, parity
-    s = sub.add_parser("parity", help="the parity test of QSA_SPEC §6 against the FP64 reference")
+    s = sub.add_parser("parity", help="the parity test of docs/verification.md against the FP64 reference")
     parity.add_arguments(s)
     s.set_defaults(func=parity.run)
 

@@ -1,5 +1,5 @@
-"""The parity harness of QSA_SPEC §6: every variant of the loaded plugin against the chunk + merge decode
-algorithm ("old", batches of 32 queries) and the FP64 oracle, on the synthetic cases of §6.2-§6.3.
+"""The parity harness of docs/verification.md: every variant of the loaded plugin against the chunk + merge decode
+algorithm ("old", batches of 32 queries) and the FP64 oracle, on the synthetic cases of docs/verification.md.
 
 ``strata-kernels parity [context] [queries] [reps] [options]``; exit codes 0 (no failure), 1 (a failure),
 2 (usage error), 77 (the test does not apply to this device). The last line is
@@ -24,7 +24,7 @@ from .targets import KNOWN_VARIANTS as _TABLE_VARIANTS
 from .targets import VARIANT_RULES
 
 # ---------------------------------------------------------------------------------------------------------------
-# Variant facts (§5.5)
+# Variant facts (docs/variants.md)
 # ---------------------------------------------------------------------------------------------------------------
 DECODE_FAMILY = ("fp32", "fp32_pre75", "fp32_lanecell")          # the "old" algorithm and its bit-identical forms
 PROMPT_KERNELS = ("v1", "v2", "imma", "grouped", "v2t", "v70", "wmma", "wmma_fast", "wmma_i8", "rdna2")
@@ -35,10 +35,10 @@ VARIANT_FORMATS: dict[str, tuple[str, ...]] = {
     **{v: tuple(FORMATS[c] for c in r["formats"]) for v, r in VARIANT_RULES.items()},
     "fp64": FORMATS,
 }
-ROUNDS_V = ("v1", "v70")          # gather K8V4 V as fp16_rn((n - 8) d) (§2.7): budgeted in cases 7-8 (§6.5 item 4)
-REPORT_ONLY = ("wmma_fast",)      # §6.5 item 8: reported, not held to checks 1-2
+ROUNDS_V = ("v1", "v70")          # gather K8V4 V as fp16_rn((n - 8) d): budgeted in cases 7-8 (docs/verification.md)
+REPORT_ONLY = ("wmma_fast",)      # docs/verification.md: reported, not held to checks 1-2
 PERIOD = 251
-OLD_BATCH = 32                    # ATTN_BATCH of §1.6
+OLD_BATCH = 32                    # ATTN_BATCH of docs/operation.md
 
 
 def applies(variant: str, fmt: str, op: str = "prompt") -> bool:
@@ -49,11 +49,11 @@ def applies(variant: str, fmt: str, op: str = "prompt") -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The case table (§6.2), as data
+# The case table (docs/verification.md), as data
 # ---------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CaseRow:
-    """One row of §6.2. ``shapes`` holds (context, queries) pairs: 'ctx' / 'nq' stand for the run's sizes,
+    """One row of the case table. ``shapes`` holds (context, queries) pairs: 'ctx' / 'nq' stand for the run's sizes,
     ('min', k) for min(nq, k), 'periodic' for the periodic case's query count."""
     number: int
     formats: tuple[str, ...]
@@ -125,14 +125,14 @@ class Sizes:
     periodic_queries: int
 
 
-SPEC_SIZES = Sizes(32768, 2048, 5, 65541)                # §6.1 defaults, used on GPUs
+SPEC_SIZES = Sizes(32768, 2048, 5, 65541)                # docs/verification.md defaults, used on GPUs
 # The CPU default must finish in about a minute on two cores; the periodic case keeps two full periods.
 CPU_SIZES = Sizes(4096, 64, 1, 2 * PERIOD + 1)
 QUICK_SIZES = Sizes(2560, 16, 1, 2 * PERIOD + 1)
 
 
 def expand_cases(sizes: Sizes, numbers: Sequence[int] | None = None) -> list[CaseSpec]:
-    """The concrete cases of §6.2 for these sizes (all rows, or the given row numbers)."""
+    """The concrete cases of docs/verification.md for these sizes (all rows, or the given row numbers)."""
     out = []
     for row in CASE_TABLE:
         if numbers is not None and row.number not in numbers:
@@ -154,7 +154,7 @@ def expand_cases(sizes: Sizes, numbers: Sequence[int] | None = None) -> list[Cas
 
 
 def sample_queries(n_q: int, widths: np.ndarray) -> np.ndarray:
-    """§6.4: queries 0, s, 2s, ... with s = max(1, n_q / 16), plus every width-0 query (sorted, unique)."""
+    """The FP64 sample: queries 0, s, 2s, ... with s = max(1, n_q / 16), plus every width-0 query (sorted, unique)."""
     s = max(1, n_q // 16)
     return np.union1d(np.arange(0, n_q, s), np.flatnonzero(np.asarray(widths) == 0)).astype(np.int64)
 
@@ -197,7 +197,7 @@ def _g(x: float) -> str:
 
 
 def format_line(r: ParityResult, prefix_variant: bool) -> str:
-    """The output line of §6.6 (variant name prefixed when more than one variant runs)."""
+    """The output line of docs/verification.md (variant name prefixed when more than one variant runs)."""
     if r.status in (SKIP_FALLBACK, SKIP_NA):
         body = f"SKIP {r.label} ctx {r.ctx}, {r.n_q} queries: " + "; ".join(r.notes)
     else:
@@ -259,7 +259,7 @@ def _periodic_err(x: Any, period: int) -> float:
 
 
 def _nan_filled(like: Any, shape: tuple[int, ...]) -> Any:
-    """float32 output pre-filled with 0xFF bytes (a NaN) so unwritten elements are caught (§6.4)."""
+    """float32 output pre-filled with 0xFF bytes (a NaN) so unwritten elements are caught (docs/verification.md)."""
     if _is_torch(like):
         import torch
         t = torch.empty(shape, dtype=torch.float32, device=like.device)
@@ -302,7 +302,7 @@ def _place(case: Any, device: tuple[str, int]) -> tuple[Any, Any, Any, Any]:
 
 
 def make_timer(device: tuple[str, int], reps: int) -> Callable[[Callable[[], Any]], float]:
-    """ms per call of ``reps`` back-to-back calls (§6.7): device events on a GPU; on the host a steady clock,
+    """ms per call of ``reps`` back-to-back calls: device events on a GPU; on the host a steady clock,
     the median of 3 such measurements. reps = 0: no timing (NaN)."""
     if reps <= 0:
         return lambda fn: math.nan
@@ -461,18 +461,18 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
                 continue
             first = _copy(new)
             r.t_new_ms = timer(call)
-            if v in ("v2", "imma"):                      # kept for the IMMA-vs-v2 report (§6.5 item 6)
+            if v in ("v2", "imma"):                      # kept for the IMMA-vs-v2 report (docs/verification.md)
                 outputs[v], calls[v] = new, call
             _check(r, spec, new, old, ref, budget, sample, zero_rows, v_max, on_cpu, old_finite, old_zero_ok)
             if not _same_bits(first, new):
                 r.failed_checks.append("deterministic")
-                r.notes.append("a repeated call gave different bits (§1.4 requires identical output run after run)")
+                r.notes.append("a repeated call gave different bits (docs/operation.md: same bits run after run)")
             del first
             if r.failed_checks:
                 r.status = FAIL
 
         if "v2" in outputs and "imma" in outputs:
-            # §6.7: two new variants compared are timed alternately twice and the second round is kept.
+            # docs/verification.md: two new variants compared are timed alternately twice and the second round is kept.
             for _ in range(2):
                 t = {v: timer(calls[v]) for v in ("v2", "imma")}
             for r in case_results:
@@ -496,7 +496,7 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
 def _check(r: ParityResult, spec: CaseSpec, new: Any, old: Any, ref: np.ndarray, budget: np.ndarray | None,
            sample: np.ndarray, zero_rows: np.ndarray, v_max: float, on_cpu: bool, old_finite: bool,
            old_zero_ok: bool) -> None:
-    """The checks of §6.5 on one (case, variant); failures go to r.failed_checks with a note each."""
+    """The checks of docs/verification.md on one (case, variant); failures go to r.failed_checks with a note each."""
     fails, notes = r.failed_checks, r.notes
     new_s = _host_rows(new, sample)
     abs_err = np.abs(new_s - ref)
@@ -518,7 +518,7 @@ def _check(r: ParityResult, spec: CaseSpec, new: Any, old: Any, ref: np.ndarray,
             fails.append("2")
             notes.append(f"check 2: new vs old {_g(r.diff)} > {_g(bound2)}")
     else:
-        notes.append("fast form: reported, not held to checks 1-2 (§6.5 item 8)")
+        notes.append("fast form: reported, not held to checks 1-2 (docs/verification.md)")
 
     finite = _all_finite(new)
     zero_ok = bool(np.all(_host_rows(new, zero_rows) == 0)) if zero_rows.size else True
@@ -595,7 +595,7 @@ def parse_device(text: str) -> tuple[str, int]:
 
 
 def parse_case_numbers(text: str) -> list[int]:
-    """'1,5,6' or '1-6,9' -> case numbers of §6.2."""
+    """'1,5,6' or '1-6,9' -> case numbers of docs/verification.md."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -608,12 +608,12 @@ def parse_case_numbers(text: str) -> list[int]:
     known = {row.number for row in CASE_TABLE}
     bad = [n for n in out if n not in known]
     if bad or not out:
-        raise ValueError(f"--cases: the cases are numbered 1..{max(known)} (QSA_SPEC §6.2), got {text!r}")
+        raise ValueError(f"--cases: the cases are numbered 1..{max(known)} (docs/verification.md), got {text!r}")
     return sorted(set(out))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``strata-kernels parity`` (QSA_SPEC §6.1)."""
+    """The options of ``strata-kernels parity`` (docs/verification.md)."""
     parser.add_argument("context", nargs="?", type=int, help="context of the full-size cases (default: 32768 "
                         "on a GPU, 4096 on the CPU)")
     parser.add_argument("queries", nargs="?", type=int, help="queries per chunk (default: 2048 on a GPU, 64 on "
@@ -633,7 +633,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", help="comma-separated variants to test (default: every variant of the plugin "
                         "that applies to the case)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda[:N] or hip[:N]")
-    parser.add_argument("--cases", help="subset of the cases of QSA_SPEC §6.2, e.g. 1,5,6 or 1-6")
+    parser.add_argument("--cases", help="subset of the cases of docs/verification.md, e.g. 1,5,6 or 1-6")
     parser.add_argument("--steps", action="store_true", help="pass steps [n_q, 4] instead of widths")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
 

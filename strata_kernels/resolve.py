@@ -1,4 +1,4 @@
-"""Which plugin runs on which device, and why (ARCHITECTURE §6).
+"""Which plugin runs on which device, and why.
 
 probe the devices (ctypes on the drivers; no torch) → discover plugin files and read their embedded manifests
 (without loading them) → score every plugin against every device → explain the choice → load the chosen one.
@@ -933,7 +933,7 @@ def _trace_device(res: Resolution, targets=None) -> list[str]:
 
 
 def _variant_line(dev: Device, manifest: dict | None) -> str:
-    """What the plugin's automatic dispatch would run on ``dev`` under this process's switches (QSA_SPEC §5.4)."""
+    """What the plugin's automatic dispatch would run on ``dev`` under this process's switches (docs/variants.md)."""
     from .dispatch_model import summary
     m = manifest or {}
     variants = m.get("dispatch_variants") or m.get("variants") or ["fp32"]
