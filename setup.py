@@ -61,6 +61,7 @@ class CMakeBuild(build_ext):
                     stale.unlink()
         for name, reason in result.skipped.items():
             print(f"strata-kernels: {name} skipped: {reason}", flush=True)
+        sk_build.write_record(result, pkg / sk_build.RECORD)  # `strata-kernels info` shows it after the install
 
 
 class BdistWheel(bdist_wheel):
