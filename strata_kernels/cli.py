@@ -132,6 +132,9 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 def _cmd_wheel(args: argparse.Namespace) -> int:
     from . import wheel
+    wheel.family_targets(args.family)                    # an unknown family is the first thing to say
+    if not args.out:
+        raise ValueError("wheel: --out DIR is required (the directory for the wheel and its size report)")
     res = wheel.build_family_wheel(args.family, Path(args.out), targets=args.targets,
                                    build_dir=Path(args.build_dir) if args.build_dir else None, jobs=args.jobs)
     if res.wheel is None:
@@ -177,7 +180,7 @@ def make_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("wheel", help="build a plugin family's targets and package them as a wheel")
     s.add_argument("--family", required=True, help="cuda13, cuda12, rocm or sycl (the families of backends/*.toml)")
     s.add_argument("--targets", default=None, help="build only this subset of the family, e.g. 'sm_89'")
-    s.add_argument("--out", required=True, help="directory for the wheel and its size report")
+    s.add_argument("--out", help="directory for the wheel and its size report (required)")
     s.add_argument("--build-dir", default=None,
                    help="build directory (default: ~/.cache/strata-kernels/wheel-<version>-<family>; the same "
                         "directory gives byte-identical wheels)")

@@ -141,3 +141,12 @@ def test_quick_is_small():
     from strata_kernels import parity
     q = parity.QUICK_SIZES
     assert q.ctx <= 2560 and q.queries <= 16 and q.reps == 1 and q.periodic_queries <= parity.PERIOD + 1
+
+
+def test_readme_python_example_runs(sk, capsys):
+    """The README's Python example, as written, on the CPU plugin."""
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    assert "Which(" in capsys.readouterr().out

@@ -18,7 +18,8 @@ def _commands(text: str) -> list[str]:
     """Commands in `backticks` and in fenced code blocks."""
     blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S)
     cmds = []
-    for quoted in re.findall(r"`([^`\n]+)`", text) + [line for b in blocks for line in b.splitlines()]:
+    block_lines = [re.split(r"\s{2,}", line.strip())[0] for b in blocks for line in b.splitlines()]  # no comments
+    for quoted in re.findall(r"`([^`\n]+)`", text) + block_lines:
         for part in re.split(r"\s*&&\s*", quoted.split("#")[0].strip()):
             if part.startswith(("strata-kernels ", "pip install")) or re.match(r"STRATA_TARGETS=\S+ pip ", part):
                 cmds.append(part)
@@ -78,3 +79,13 @@ def test_a_wrong_command_is_caught():
         _check("pip install --find-links dist strata-kernels-cuda14")
     with pytest.raises(AssertionError):
         _check("strata-kernels uninstall")
+
+
+def test_readme_commands_exist():
+    """Every `strata-kernels …` command in the README (code blocks, the command-line summary, prose) parses."""
+    text = (ROOT / "README.md").read_text()
+    cmds = [c for c in _commands(text) if c.startswith("strata-kernels ")]
+    assert len(cmds) >= 10 and any(c.startswith("strata-kernels clean") for c in cmds)
+    for cmd in cmds:
+        cmd = re.sub(r" \[[^]]*\]", "", cmd).replace("...", "")          # optional parts of the summary
+        _check(cmd.replace("<new>", "sm_90"))                             # a placeholder in "Adding a target"
