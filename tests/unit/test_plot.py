@@ -11,7 +11,7 @@ ROWS = [
     bench.BenchRow("4096x64", "int8", "numpy fp32 gather+softmax+matmul", 30.0, 2.5, 2e-6, 4e-7),
     bench.BenchRow("4096x64", "int8", "torch fp32 gather+SDPA", None, None, None, None, "not run: no torch"),
     bench.BenchRow("4096x64", "int8", "gather floor, per query", 1.5, 0.125, None, None, "reads 0.01 GB"),
-    bench.BenchRow("1500x64", "int8", "plugin auto (fp32)", 3.0, 1.0, 1e-6, 2e-7),
+    bench.BenchRow("1500x64", "int8", "plugin auto (fp32)", 3.0, 1.0, 1e-6, 2e-7, "", None, 3.0),
 ]
 
 
