@@ -20,7 +20,7 @@ except ImportError:  # setuptools < 70.1
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))  # import the package being built (its build driver) from the source tree
 
-# Reproducible by default (ARCHITECTURE §9): every zip entry gets this time unless the caller sets its own.
+# Reproducible by default: every zip entry gets this time unless the caller sets its own.
 os.environ.setdefault("SOURCE_DATE_EPOCH", "315532800")
 
 
@@ -61,6 +61,7 @@ class CMakeBuild(build_ext):
                     stale.unlink()
         for name, reason in result.skipped.items():
             print(f"strata-kernels: {name} skipped: {reason}", flush=True)
+        sk_build.write_record(result, pkg / sk_build.RECORD)  # `strata-kernels info` shows it after the install
 
 
 class BdistWheel(bdist_wheel):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CI matrix (ARCHITECTURE §9): the backend tables expanded into wheel jobs, one per family x platform, and the
+"""The CI matrix: the backend tables expanded into wheel jobs, one per family x platform, and the
 GitHub Actions workflow generated from those jobs.
 
     python ci/matrix.py            the jobs as a table (family, platform, runner, image, targets)
@@ -300,6 +300,39 @@ jobs:
           name: all-wheels
           path: dist/
           if-no-files-found: error
+
+  publish:
+    name: publish to PyPI (version tags only)
+    needs: [collect]
+    if: github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')
+    runs-on: ubuntu-24.04
+    # Trusted publishing (OIDC, no stored token): each PyPI project (strata-kernels and strata-kernels-<family>)
+    # lists this repository, this workflow file and the environment `pypi` as a trusted publisher.
+    environment:
+      name: pypi
+      url: https://pypi.org/p/strata-kernels
+    permissions:
+      id-token: write
+    steps:
+      - uses: actions/checkout@v4
+      - name: The tag is the package version
+        run: |
+          version=$(python3 -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['version'])")
+          if [ "${GITHUB_REF_NAME#v}" != "$version" ]; then
+            echo "::error::tag $GITHUB_REF_NAME does not match the package version $version"; exit 1
+          fi
+      - uses: actions/download-artifact@v4
+        with:
+          name: all-wheels
+          path: dist
+      - name: Only the wheels (the size reports stay in the artifact)
+        run: |
+          mkdir upload
+          find dist -name '*.whl' -exec cp {} upload/ \\;
+          ls -l upload
+      - uses: pypa/gh-action-pypi-publish@release/v1
+        with:
+          packages-dir: upload/
 """
 
 

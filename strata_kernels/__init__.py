@@ -33,3 +33,8 @@ def __getattr__(name: str):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'strata_kernels' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy names above are public too: dir() and tab completion list them without importing anything.
+    return sorted(set(globals()) | set(__all__))

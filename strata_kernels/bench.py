@@ -1,9 +1,9 @@
 """``strata-kernels bench``: the plugin against what a user would run instead, on the same inputs (the parity
-recipe, QSA_SPEC §6.3) in the same run: the same function in plain numpy FP32, and with torch (when importable)
+recipe, docs/verification.md) in the same run: the same function in plain numpy FP32, and with torch (when importable)
 a gather + softmax + matmul, a gather + ``scaled_dot_product_attention`` with a width mask (FP32 and, on a GPU,
-bf16), and on a GPU dense bf16 SDPA over every earlier cell (a different function, timed for scale; §7.5).
+bf16), and on a GPU dense bf16 SDPA over every earlier cell (a different function, timed for scale; docs/results/).
 
-Each method: one warm-up call (its output is checked against the FP64 oracle on the §6.4 sample), then ``reps``
+Each method: one warm-up call (its output is checked against the FP64 oracle on the parity sample), then ``reps``
 timed calls: on a GPU the device time per call by events around the calls queued back to back, and separately the
 median wall time of one call waited for; on the host the median of single calls.
 """
@@ -29,9 +29,9 @@ GPU_METHODS = ("plugin", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "de
                "gather-floor-grouped")
 FLOORS = ("gather-floor", "gather-floor-grouped")   # read-only kernels: no output to check
 CPU_SHAPES = "4096x64,1500x64,2100x64"
-GPU_SHAPES = "32768x2048,1500x1500,2100x256,131072x2048"      # the shapes of QSA_SPEC §7.5
+GPU_SHAPES = "32768x2048,1500x1500,2100x256,131072x2048"      # the shapes of docs/results/
 CPU_REPS, GPU_REPS = 3, 5
-# Queries gathered per torch step: §7.5 uses 256 on a GPU; on the host a smaller step keeps memory low.
+# Queries gathered per torch step: docs/results/ uses 256 on a GPU; on the host a smaller step keeps memory low.
 GPU_CHUNK, CPU_CHUNK = 256, 16
 
 
@@ -363,6 +363,13 @@ def _method(m: str, case: Any, device: tuple[str, int], variant: str | None, op:
     raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {m!r}")
 
 
+def _progress_line(text: str | None) -> None:
+    """Progress on a terminal only, rewritten in place (the table is the result; a log gets it once)."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K" + (text or ""))
+        sys.stderr.flush()
+
+
 def _progress(r: BenchRow) -> str:
     if r.ms is None:
         return f"{r.shape} {r.fmt} {r.method}: {r.note}"
@@ -370,19 +377,35 @@ def _progress(r: BenchRow) -> str:
     return f"{r.shape} {r.fmt} {r.method}: {r.ms:.3f} ms{err}"
 
 
-def format_rows(rows: Sequence[BenchRow]) -> str:
-    """The table: shape, format, method, device ms per call, wall ms per call, baseline/plugin, max error vs FP64
-    (absolute, of scale)."""
-    head = ("shape", "format", "method", "ms/call", "wall ms", "baseline/plugin", "max err vs fp64", "of scale",
-            "peak MB", "note")
+def format_rows(rows: Sequence[BenchRow], device_kind: str = "cpu") -> str:
+    """The table and what its columns mean. Columns no row fills (wall time and peak memory on the CPU) are
+    left out."""
+    head = ("context x queries", "format", "method", "ms per call", "wall ms", "x plugin's time", "max err vs fp64",
+            "err / scale", "peak MB", "note")
     cells = [(r.shape, r.fmt, r.method, "-" if r.ms is None else f"{r.ms:.3f}",
               "-" if r.wall_ms is None else f"{r.wall_ms:.3f}",
               "-" if r.ratio is None else f"{r.ratio:.2f}", "-" if r.max_err is None else f"{r.max_err:.3g}",
               "-" if r.rel_err is None else f"{r.rel_err:.3g}", "-" if r.peak_mb is None else f"{r.peak_mb:.1f}",
               r.note) for r in rows]
+    keep = [i for i, h in enumerate(head) if h in ("context x queries", "format", "method", "note")
+            or (any(c[i] != "-" for c in cells) and not (h == "wall ms" and device_kind == "cpu"))]  # = ms there
+    if not any(c[-1] for c in cells):
+        keep.remove(len(head) - 1)
+    head = tuple(head[i] for i in keep)
+    cells = [tuple(c[i] for i in keep) for c in cells]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(head)]
     fmt = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(c) for c in cells])
+    how = ("device time by events around back-to-back calls" if device_kind != "cpu"
+           else "median wall time of single calls")
+    legend = [f"ms per call: {how}."]
+    if "wall ms" in head:
+        legend.append("wall ms: one call waited for, host work included.")
+    legend.append("x plugin's time: this method's time divided by the first plugin row's (> 1: the plugin is faster).")
+    legend.append("err / scale: the largest error against the FP64 oracle divided by the largest |value| of the "
+                  "result.")
+    if "peak MB" in head:
+        legend.append("peak MB: device memory a call allocates beyond its inputs and output.")
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(c) for c in cells] + [""] + legend)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -401,6 +424,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", type=int, default=12)
     parser.add_argument("--n-head-kv", type=int, default=2)
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw the times as a chart (needs matplotlib: "
+                        "pip install 'strata-kernels[plot]')")
 
 
 def run(args: argparse.Namespace, api: Any = None) -> int:
@@ -420,14 +445,26 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
     except ValueError as exc:
         print(f"strata-kernels bench: {exc}", file=sys.stderr)
         return 2
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("strata-kernels bench: --plot needs matplotlib: pip install 'strata-kernels[plot]'", file=sys.stderr)
+            return 2
+    print(f"strata-kernels bench on {_device_name(device)}: {args.op} operation, shapes are context x queries, "
+          f"{reps} timed call(s) per method", flush=True)
     rows: list[BenchRow] = []
     for fmt in fmts:
         variants = _variant_list(args.variant, fmt, device, args.op, api)
         rows += bench_rows(shapes, fmt=fmt, reps=reps, device=device, methods=methods, variants=variants,
                            op=args.op, head_dim=args.head_dim, group=args.group, n_head_kv=args.n_head_kv,
-                           api=api, emit=lambda s: print(s, flush=True))
-    print()
-    print(format_rows(rows))
+                           api=api, emit=_progress_line)
+    _progress_line(None)
+    print(format_rows(rows, device[0]))
+    if args.plot:
+        from .plot import plot_rows
+        title = f"strata-kernels bench, {args.op} on {_device_name(device)}"
+        print(f"wrote {plot_rows(rows, args.plot, title)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"op": args.op, "device": list(device), "device_name": _device_name(device),

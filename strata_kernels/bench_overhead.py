@@ -1,4 +1,4 @@
-"""``strata-kernels bench --overhead``: host time per call of the engine's call path (ARCHITECTURE §6, hot path).
+"""``strata-kernels bench --overhead``: host time per call of the engine's call path (docs/engine.md).
 
 Per operation (decode of 1 query over a 4,096-cell cache, prompt of 16 queries; on the CPU 1 query over 16 cells and 16 over 64) it
 times, in one run and on the same arrays: the plain call ``sk.qsa_*_attn(..., out=out)``, ``plan.run``, the torch op

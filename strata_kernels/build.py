@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__, codegen, toolchains
+from .paths import cache_home, user_plugin_dir
 from .errors import BuildError, ToolchainError
 from .targets import Selection, all_targets, package_root, parse_target_list
 
@@ -35,18 +36,42 @@ class BuildResult:
     loader: Path | None = None
     up_to_date: bool = False
     seconds: float = 0.0
+    spec: str = ""                                               # the target list asked for ("native", "cpu;sm_89")
+    notes: list[str] = field(default_factory=list)               # what "native" saw and left out
+
+
+RECORD = "build-record.json"
+
+
+def write_record(result: BuildResult, path: Path) -> None:
+    """What a build made and skipped, and why, for `strata-kernels info`. Names only, no paths or times, so a
+    wheel that carries it stays reproducible."""
+    doc = {"version": __version__, "spec": result.spec, "built": sorted(result.built),
+           "isa_only": sorted(result.isa_only), "checked_only": sorted(result.checked_only),
+           "skipped": dict(sorted(result.skipped.items())), "notes": result.notes}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def read_record(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def default_build_dir() -> Path:
     env = os.environ.get("STRATA_KERNELS_BUILD_DIR")
     if env:
         return Path(env)
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "strata-kernels" / f"build-{__version__}"
+    return cache_home() / f"build-{__version__}"
 
 
 def default_install_dir() -> Path:
-    return package_root() / "plugins"
+    """The per-user plugin directory (the resolver searches it); never the installed package, which pip owns."""
+    return user_plugin_dir()
 
 
 def _is_explicit(spec: str) -> bool:
@@ -149,15 +174,19 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
     spec = spec or os.environ.get("STRATA_TARGETS") or "native"
     explicit = _is_explicit(spec)
     native = None
+    result = BuildResult(spec=spec)
     if "native" in spec.lower():
-        from .resolve import native_targets
+        from .resolve import native_targets, probe_devices
         native, notes = native_targets(all_targets())
+        gpus = [d.describe() for d in probe_devices() if d.kind != "cpu"]
+        notes = [f"native: the CPU and the GPUs seen here ({'; '.join(gpus) or 'none seen'}): "
+                 f"{', '.join(native) or 'nothing'}"] + notes
+        result.notes += notes
         for note in notes:
             log(f"strata-kernels: {note}")
     selections = parse_target_list(spec, all_targets(), native=native)
     build_dir = Path(build_dir or default_build_dir()).resolve()
     install_dir = Path(install_dir or default_install_dir()).resolve()
-    result = BuildResult()
 
     chosen: list[Selection] = []
     tcs: dict[str, toolchains.Toolchain] = {}

@@ -1,4 +1,4 @@
-"""`strata-kernels`: info · explain · generate · build · wheel · parity · bench."""
+"""`strata-kernels`: info · explain · generate · build · clean · wheel · parity · bench."""
 from __future__ import annotations
 
 import argparse
@@ -11,14 +11,19 @@ from .errors import StrataError
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from . import resolve, targets, toolchains
+    from . import build, resolve, targets, toolchains
+    from .paths import user_plugin_dir
     print(f"strata-kernels {__version__} (Python {sys.version.split()[0]})")
     print(f"package:   {targets.package_root()}")
     print(f"data:      {targets.data_root()}")
+    print(f"user plugins: {user_plugin_dir()} (`strata-kernels build` installs here; `strata-kernels clean` "
+          "removes it)")
     print("toolchains:")
+    found = {}
     for name, finder in (("host C++", toolchains.host_cxx), ("nvcc", toolchains.nvcc),
                          ("HIP clang", toolchains.hip_clang)):
         tc = finder()
+        found[name] = tc
         state = f"{tc.version or '?'} at {tc.path}" if tc.available else f"not available: {tc.reason}"
         print(f"  {name:<10} {state}")
     print(f"  {'SYCL':<10} {toolchains.describe_sycl(toolchains.sycl())}")
@@ -30,6 +35,28 @@ def _cmd_info(args: argparse.Namespace) -> int:
         m = p.manifest or {}
         what = f"{m.get('target')} ({m.get('backend')}; variants {', '.join(m.get('variants', []))})" if m else p.error
         print(f"  {p.path}  [{p.source}]  {what}")
+    print("builds:")
+    records = [("pip install", targets.package_root() / build.RECORD),
+               ("strata-kernels build", user_plugin_dir() / build.RECORD)]
+    for what, path in records:
+        rec = build.read_record(path)
+        if rec is None:
+            print(f"  {what}: no record ({path})")
+            continue
+        extra = [f"ISA only: {', '.join(rec['isa_only'])}"] if rec.get("isa_only") else []
+        extra += [f"header checks only: {', '.join(rec['checked_only'])}"] if rec.get("checked_only") else []
+        print(f"  {what}: asked for {rec['spec']!r}; built {', '.join(rec['built']) or 'nothing'}"
+              + "".join(f"; {e}" for e in extra))
+        for note in rec.get("notes", []):
+            print(f"    {note}")
+        for name, reason in rec.get("skipped", {}).items():
+            print(f"    skipped {name}: {reason}")
+    have_gpu_plugin = any((p.manifest or {}).get("backend") in ("cuda", "hip", "sycl") for p in plugins)
+    gpu_tcs = [f"{n} {found[n].version or ''}".strip() for n in ("nvcc", "HIP clang") if found[n].available]
+    if gpu_tcs and not have_gpu_plugin:
+        print(f"no GPU plugin is installed, but {' and '.join(gpu_tcs)} can build some: name the targets, e.g. "
+              "`strata-kernels build --targets sm_86` (into the user directory) or "
+              "`STRATA_TARGETS=\"cpu;sm_86\" pip install .` (docs/building.md)")
     return 0
 
 
@@ -67,13 +94,47 @@ def _cmd_build(args: argparse.Namespace) -> int:
     isa += f", {len(res.checked_only)} checked against headers only" if res.checked_only else ""
     print(f"built {len(res.built)} plugin(s){isa}, skipped {len(res.skipped)} in {res.seconds:.1f} s"
           + (" (up to date)" if res.up_to_date else ""))
-    if args.out and res.built:
-        print(f"add {args.out} to STRATA_KERNELS_PLUGIN_PATH to use these plugins")
+    if args.out:
+        if res.built:
+            print(f"add {args.out} to STRATA_KERNELS_PLUGIN_PATH to use these plugins")
+    else:
+        from .paths import user_plugin_dir
+        build.write_record(res, user_plugin_dir() / build.RECORD)
+        if res.built:
+            print(f"installed into {user_plugin_dir()}, which the resolver searches (`strata-kernels clean` "
+                  "removes it)")
+    return 0
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    from .paths import cache_home, data_home
+    victims = [(data_home(), "plugins built by `strata-kernels build`")]
+    if not args.keep_cache:
+        victims.append((cache_home(), "build directories"))
+    removed = 0
+    for path, what in victims:
+        if not path.exists():
+            print(f"{path}: not there ({what})")
+            continue
+        if not args.dry_run:
+            shutil.rmtree(path)
+        removed += 1
+        print(f"{'would remove' if args.dry_run else 'removed'} {path} ({what})")
+    env = os.environ.get("STRATA_KERNELS_BUILD_DIR")
+    if env and not args.keep_cache:
+        print(f"left {env} alone (STRATA_KERNELS_BUILD_DIR names it; remove it yourself)")
+    if not removed:
+        print("nothing to remove")
     return 0
 
 
 def _cmd_wheel(args: argparse.Namespace) -> int:
     from . import wheel
+    wheel.family_targets(args.family)                    # an unknown family is the first thing to say
+    if not args.out:
+        raise ValueError("wheel: --out DIR is required (the directory for the wheel and its size report)")
     res = wheel.build_family_wheel(args.family, Path(args.out), targets=args.targets,
                                    build_dir=Path(args.build_dir) if args.build_dir else None, jobs=args.jobs)
     if res.wheel is None:
@@ -105,15 +166,21 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--targets", default=None,
                    help="'cpu;sm_80;sm_90+PTX;gfx1100', 'all', 'native' or TORCH_CUDA_ARCH_LIST syntax "
                         "(default: $STRATA_TARGETS or native)")
-    s.add_argument("--out", default=None, help="install the plugins here (default: the package's plugins/)")
+    s.add_argument("--out", default=None, help="install the plugins here (default: the per-user plugin directory, "
+                                               "which the resolver searches; see `strata-kernels info`)")
     s.add_argument("--build-dir", default=None, help="build directory (default: ~/.cache/strata-kernels/...)")
     s.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: $MAX_JOBS or all cores)")
     s.set_defaults(func=_cmd_build)
 
+    s = sub.add_parser("clean", help="remove the plugins `build` made and the build cache (run before pip uninstall)")
+    s.add_argument("--keep-cache", action="store_true", help="keep the build directories (~/.cache/strata-kernels)")
+    s.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    s.set_defaults(func=_cmd_clean)
+
     s = sub.add_parser("wheel", help="build a plugin family's targets and package them as a wheel")
     s.add_argument("--family", required=True, help="cuda13, cuda12, rocm or sycl (the families of backends/*.toml)")
     s.add_argument("--targets", default=None, help="build only this subset of the family, e.g. 'sm_89'")
-    s.add_argument("--out", required=True, help="directory for the wheel and its size report")
+    s.add_argument("--out", help="directory for the wheel and its size report (required)")
     s.add_argument("--build-dir", default=None,
                    help="build directory (default: ~/.cache/strata-kernels/wheel-<version>-<family>; the same "
                         "directory gives byte-identical wheels)")
@@ -121,7 +188,7 @@ def make_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_wheel)
 
     from . import bench, parity
-    s = sub.add_parser("parity", help="the parity test of QSA_SPEC §6 against the FP64 reference")
+    s = sub.add_parser("parity", help="the parity test of docs/verification.md against the FP64 reference")
     parity.add_arguments(s)
     s.set_defaults(func=parity.run)
 

@@ -1,4 +1,4 @@
-"""Render a target's source tree from the Jinja2 templates (ARCHITECTURE §4).
+"""Render a target's source tree from the Jinja2 templates.
 
 Deterministic: the same templates, table and toolchain give byte-identical files; files are only rewritten when
 their bytes change, so Ninja rebuilds exactly what an edit touched.

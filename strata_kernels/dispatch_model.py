@@ -1,4 +1,4 @@
-"""The automatic variant choice of QSA_SPEC §5.4, for devices that need not be present (``explain --simulate``).
+"""The automatic variant choice of docs/variants.md, for devices that need not be present (``explain --simulate``).
 
 The plugins decide for real (``templates/*/dispatch.inc.j2``, reported by ``which()``); this module states the same
 rules in Python so the resolver can say which variant a simulated device would run. Tests hold the two together:

@@ -38,7 +38,7 @@ def _check_shape(arg: str, x: Any, expected: tuple, what: str) -> None:
 
 @dataclass(frozen=True, eq=False)
 class KVCache:
-    """A view of the paged KV pools of one layer (QSA_SPEC §2): ``[page][kv_head][4 cells][row payload]``.
+    """A view of the paged KV pools of one layer (docs/operation.md): ``[page][kv_head][4 cells][row payload]``.
 
     Build it with :meth:`int8`, :meth:`fp16`, :meth:`q4_0` or :meth:`k8v4`; the arrays are not copied.
     """
@@ -73,7 +73,7 @@ class KVCache:
     # -- constructors -------------------------------------------------------------------------------------
     @classmethod
     def int8(cls, k: Any, k_scale: Any, v: Any, v_scale: Any, page_table: Any) -> "KVCache":
-        """int8 codes ``[P, n_kv, 4, D]``, fp16 scales ``[P, n_kv, 4, D//64]`` (QSA_SPEC §2.5)."""
+        """int8 codes ``[P, n_kv, 4, D]``, fp16 scales ``[P, n_kv, 4, D//64]`` (docs/operation.md)."""
         _check_dtype("k", k, ("int8",))
         _check_dtype("v", v, ("int8",))
         P, nkv, D = cls._pool_geometry("k", k)
@@ -93,7 +93,7 @@ class KVCache:
 
     @classmethod
     def q4_0(cls, k: Any, v: Any, page_table: Any) -> "KVCache":
-        """ggml block_q4_0 rows, uint8 ``[P, n_kv, 4, D//32*18]`` (QSA_SPEC §2.6; K, V and q Hadamard-rotated)."""
+        """ggml block_q4_0 rows, uint8 ``[P, n_kv, 4, D//32*18]`` (docs/operation.md; K, V and q Hadamard-rotated)."""
         _check_dtype("k", k, ("uint8",))
         _check_dtype("v", v, ("uint8",))
         P, nkv, D = cls._pool_geometry("k", k, q4=True)
@@ -102,7 +102,7 @@ class KVCache:
 
     @classmethod
     def k8v4(cls, k: Any, k_scale: Any, v: Any, page_table: Any) -> "KVCache":
-        """int8 K codes + fp16 scales (§2.5), Q4_0 V blocks (§2.6): the K8V4 hybrid (§2.7)."""
+        """int8 K codes + fp16 scales, Q4_0 V blocks: the K8V4 hybrid (docs/operation.md)."""
         _check_dtype("k", k, ("int8",))
         _check_dtype("v", v, ("uint8",))
         P, nkv, D = cls._pool_geometry("k", k)
@@ -309,7 +309,7 @@ def _check_out(out: Any, c: _Call) -> Any:
 
 
 def decode_scratch_floats(cap: int, n_head: int, head_dim: int) -> int:
-    """Floats of decode scratch per query (QSA_SPEC §2.9)."""
+    """Floats of decode scratch per query (docs/operation.md)."""
     return -(-cap // 64) * n_head * (head_dim + 2) + 64
 
 
@@ -373,7 +373,7 @@ def _call_arrays(op: int, q, kv, ids, width, variant, out, stream):
                           kv.n_phys_pages, scratch, bad, 0, _stream_handle(q, stream))
     if st == _loader.REFUSED and variant is None:
         # A refused kernel (shared-memory opt-in, split decode without room in the scratch) falls back to the chunk +
-        # merge algorithm, as the engine does (QSA_SPEC §5.4 rule 11, §4.9).
+        # merge algorithm, as the engine does (docs/variants.md).
         return _call_arrays(_OP_DECODE, q, kv, ids, width, "fp32", out, stream)
     if st in (_loader.REFUSED, _loader.UNSUPPORTED):
         raise Unsupported(msg)
@@ -423,7 +423,7 @@ def _needs_scratch(plugin, op: int, variant: str | None, c: _Call) -> bool:
 
 
 def _check_geometry(plugin, c: _Call) -> None:
-    """(head_dim, G) must be instantiated in the plugin (QSA_SPEC §1.1: no fallback exists for others)."""
+    """(head_dim, G) must be instantiated in the plugin (docs/operation.md: no fallback exists for others)."""
     m = _manifest(plugin)
     geoms = [(g["head_dim"], g["group"]) for g in m["geometries"]]
     if (c.kv.head_dim, c.group) not in geoms:
@@ -451,7 +451,7 @@ def _fp64(c: _Call, out: Any) -> Any:
 
 def qsa_prompt_attn(q: Any, kv: KVCache, ids: Any, width: Any, *, variant: str | None = None, out: Any = None,
                     stream: Any = None) -> Any:
-    """Prompt (prefill) QSA attention: float32 [n_q, n_head, D] in q's framework and device (QSA_SPEC §1.2)."""
+    """Prompt (prefill) QSA attention: float32 [n_q, n_head, D] in q's framework and device (docs/operation.md)."""
     return _call(_OP_PROMPT, q, kv, ids, width, variant, out, stream)
 
 

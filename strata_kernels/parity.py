@@ -1,5 +1,5 @@
-"""The parity harness of QSA_SPEC §6: every variant of the loaded plugin against the chunk + merge decode
-algorithm ("old", batches of 32 queries) and the FP64 oracle, on the synthetic cases of §6.2-§6.3.
+"""The parity harness of docs/verification.md: every variant of the loaded plugin against the chunk + merge decode
+algorithm ("old", batches of 32 queries) and the FP64 oracle, on the synthetic cases of docs/verification.md.
 
 ``strata-kernels parity [context] [queries] [reps] [options]``; exit codes 0 (no failure), 1 (a failure),
 2 (usage error), 77 (the test does not apply to this device). The last line is
@@ -24,7 +24,7 @@ from .targets import KNOWN_VARIANTS as _TABLE_VARIANTS
 from .targets import VARIANT_RULES
 
 # ---------------------------------------------------------------------------------------------------------------
-# Variant facts (§5.5)
+# Variant facts (docs/variants.md)
 # ---------------------------------------------------------------------------------------------------------------
 DECODE_FAMILY = ("fp32", "fp32_pre75", "fp32_lanecell")          # the "old" algorithm and its bit-identical forms
 PROMPT_KERNELS = ("v1", "v2", "imma", "grouped", "v2t", "v70", "wmma", "wmma_fast", "wmma_i8", "rdna2")
@@ -35,10 +35,10 @@ VARIANT_FORMATS: dict[str, tuple[str, ...]] = {
     **{v: tuple(FORMATS[c] for c in r["formats"]) for v, r in VARIANT_RULES.items()},
     "fp64": FORMATS,
 }
-ROUNDS_V = ("v1", "v70")          # gather K8V4 V as fp16_rn((n - 8) d) (§2.7): budgeted in cases 7-8 (§6.5 item 4)
-REPORT_ONLY = ("wmma_fast",)      # §6.5 item 8: reported, not held to checks 1-2
+ROUNDS_V = ("v1", "v70")          # gather K8V4 V as fp16_rn((n - 8) d): budgeted in cases 7-8 (docs/verification.md)
+REPORT_ONLY = ("wmma_fast",)      # docs/verification.md: reported, not held to checks 1-2
 PERIOD = 251
-OLD_BATCH = 32                    # ATTN_BATCH of §1.6
+OLD_BATCH = 32                    # ATTN_BATCH of docs/operation.md
 
 
 def applies(variant: str, fmt: str, op: str = "prompt") -> bool:
@@ -49,11 +49,11 @@ def applies(variant: str, fmt: str, op: str = "prompt") -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The case table (§6.2), as data
+# The case table (docs/verification.md), as data
 # ---------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CaseRow:
-    """One row of §6.2. ``shapes`` holds (context, queries) pairs: 'ctx' / 'nq' stand for the run's sizes,
+    """One row of the case table. ``shapes`` holds (context, queries) pairs: 'ctx' / 'nq' stand for the run's sizes,
     ('min', k) for min(nq, k), 'periodic' for the periodic case's query count."""
     number: int
     formats: tuple[str, ...]
@@ -125,14 +125,15 @@ class Sizes:
     periodic_queries: int
 
 
-SPEC_SIZES = Sizes(32768, 2048, 5, 65541)                # §6.1 defaults, used on GPUs
+SPEC_SIZES = Sizes(32768, 2048, 5, 65541)                # docs/verification.md defaults, used on GPUs
 # The CPU default must finish in about a minute on two cores; the periodic case keeps two full periods.
 CPU_SIZES = Sizes(4096, 64, 1, 2 * PERIOD + 1)
-QUICK_SIZES = Sizes(2560, 16, 1, 2 * PERIOD + 1)
+# --quick: a smoke test of a few seconds; the periodic case keeps one full period and one repeat.
+QUICK_SIZES = Sizes(2560, 16, 1, PERIOD + 1)
 
 
 def expand_cases(sizes: Sizes, numbers: Sequence[int] | None = None) -> list[CaseSpec]:
-    """The concrete cases of §6.2 for these sizes (all rows, or the given row numbers)."""
+    """The concrete cases of docs/verification.md for these sizes (all rows, or the given row numbers)."""
     out = []
     for row in CASE_TABLE:
         if numbers is not None and row.number not in numbers:
@@ -154,7 +155,7 @@ def expand_cases(sizes: Sizes, numbers: Sequence[int] | None = None) -> list[Cas
 
 
 def sample_queries(n_q: int, widths: np.ndarray) -> np.ndarray:
-    """§6.4: queries 0, s, 2s, ... with s = max(1, n_q / 16), plus every width-0 query (sorted, unique)."""
+    """The FP64 sample: queries 0, s, 2s, ... with s = max(1, n_q / 16), plus every width-0 query (sorted, unique)."""
     s = max(1, n_q // 16)
     return np.union1d(np.arange(0, n_q, s), np.flatnonzero(np.asarray(widths) == 0)).astype(np.int64)
 
@@ -196,17 +197,56 @@ def _g(x: float) -> str:
     return f"{x:.3g}"
 
 
-def format_line(r: ParityResult, prefix_variant: bool) -> str:
-    """The output line of §6.6 (variant name prefixed when more than one variant runs)."""
+def _rel(a: float, b: float) -> float:
+    return a / b if b > 0 else (0.0 if a == 0 else math.inf)
+
+
+def pass_rule(r: ParityResult, on_cpu: bool) -> str:
+    """The accuracy rule this result is held to, in words with its numbers (docs/verification.md)."""
+    if r.variant in REPORT_ONLY:
+        return "reported only (a fast form, not held to the accuracy rules)"
+    if on_cpu and r.variant in DECODE_FAMILY:
+        return "must be <= 1e-05"
+    bound = max(4 * r.err_old, 1e-6 * r.ref_scale)
+    return (f"must be <= {_g(_rel(bound, r.ref_scale))} (4 x fp32's error or 1e-06, the larger); "
+            f"vs fp32 {_g(_rel(r.diff, r.scale))} of scale, must be <= 0.0001")
+
+
+def format_line(r: ParityResult, on_cpu: bool = True) -> str:
+    """One line per (case, variant): result, case, variant, error against FP64 as a fraction of the output scale
+    with the rule it must meet, and the time (the legend says what each part means)."""
+    head = f"{r.status.split()[0]:<4}  case {r.case:<2} {r.name:<42} {r.variant or '-':<9}"
     if r.status in (SKIP_FALLBACK, SKIP_NA):
-        body = f"SKIP {r.label} ctx {r.ctx}, {r.n_q} queries: " + "; ".join(r.notes)
+        kind = "fallback" if r.status == SKIP_FALLBACK else "not applicable"
+        return f"{head} {kind}: " + "; ".join(r.notes)
+    body = f"vs FP64 {_g(_rel(r.err_new, r.ref_scale))} of scale, {pass_rule(r, on_cpu)}"
+    if not math.isnan(r.t_new_ms):
+        if on_cpu or math.isnan(r.t_old_ms):
+            body += f"; {r.t_new_ms:.3f} ms"
+        else:
+            body += (f"; {r.t_new_ms:.3f} ms, fp32 fallback {r.t_old_ms:.3f} ms "
+                     f"({r.t_old_ms / r.t_new_ms:.2f}x faster)" if r.t_new_ms > 0 else "")
+    return f"{head} {body}"
+
+
+def legend(on_cpu: bool) -> str:
+    """What the lines mean; printed once before the cases."""
+    lines = [
+        "Each line: result, case number and data (format, context, queries), the variant tested, its largest error",
+        "against the FP64 oracle as a fraction of the output scale (the largest |value| of the FP64 result) with the",
+        "rule it must meet, then its time per call. Every case must also give finite outputs, exact zeros where no",
+        "cell is valid, and the same bits on a second call.",
+    ]
+    if on_cpu:
+        lines.append("On the CPU the plugin's only variant is fp32, so it is held to 1e-05 of scale and nothing is "
+                     "compared for speed.")
     else:
-        rel = r.diff / r.scale if r.scale > 0 else (0.0 if r.diff == 0 else math.inf)
-        speed = r.t_old_ms / r.t_new_ms if r.t_new_ms > 0 else math.nan
-        body = (f"{r.status} {r.label} ctx {r.ctx}, {r.n_q} queries: vs FP64 old {_g(r.err_old)} new "
-                f"{_g(r.err_new)} (output scale {_g(r.ref_scale)}); new vs old {_g(r.diff)} ({_g(rel)} of scale); "
-                f"{r.t_old_ms:.3f} -> {r.t_new_ms:.3f} ms per chunk ({speed:.2f}x)")
-    return f"{r.variant}: {body}" if prefix_variant and r.variant else body
+        lines += ["'vs fp32' is the largest difference from the plugin's fp32 kernel (the engine's fallback), which "
+                  "runs all queries", "32 at a time; its time is shown beside the variant's."]
+    lines += ["SKIP fallback: on this device the format has no prompt kernel and runs fp32, which the other cases",
+              "check. SKIP not applicable: the variant is not in the plugin or does not take this format.",
+              "More in docs/verification.md."]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -259,7 +299,7 @@ def _periodic_err(x: Any, period: int) -> float:
 
 
 def _nan_filled(like: Any, shape: tuple[int, ...]) -> Any:
-    """float32 output pre-filled with 0xFF bytes (a NaN) so unwritten elements are caught (§6.4)."""
+    """float32 output pre-filled with 0xFF bytes (a NaN) so unwritten elements are caught (docs/verification.md)."""
     if _is_torch(like):
         import torch
         t = torch.empty(shape, dtype=torch.float32, device=like.device)
@@ -302,7 +342,7 @@ def _place(case: Any, device: tuple[str, int]) -> tuple[Any, Any, Any, Any]:
 
 
 def make_timer(device: tuple[str, int], reps: int) -> Callable[[Callable[[], Any]], float]:
-    """ms per call of ``reps`` back-to-back calls (§6.7): device events on a GPU; on the host a steady clock,
+    """ms per call of ``reps`` back-to-back calls: device events on a GPU; on the host a steady clock,
     the median of 3 such measurements. reps = 0: no timing (NaN)."""
     if reps <= 0:
         return lambda fn: math.nan
@@ -384,7 +424,6 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
     emit = emit or (lambda s: print(s, flush=True))
     in_plugin = list(api.plugin_variants(device))
     plans = [(spec, *plan_variants(spec, in_plugin, variants, device)) for spec in cases]
-    prefix = len({v for _, run, _, _ in plans for v in run}) > 1
     timer = make_timer(device, reps)
     on_cpu = device[0] == "cpu"
     results: list[ParityResult] = []
@@ -394,7 +433,7 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
                     n_q=spec.n_q_effective, op=spec.op)
         if skip:
             r = ParityResult(**base, variant=",".join(variants or []), status=skip, notes=[reason])
-            r.line = format_line(r, False)
+            r.line = format_line(r, on_cpu)
             emit(r.line)
             results.append(r)
             continue
@@ -428,7 +467,8 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
             old_error = None
         except Exception as exc:  # noqa: BLE001 - any failure of the reference path fails the case
             old_error = f"the old path (fp32 decode, batches of {OLD_BATCH}) raised {type(exc).__name__}: {exc}"
-        t_old = timer(old_call) if old_error is None else math.nan
+        # On the CPU the variant is the fp32 kernel itself: timing the batched form of it compares nothing.
+        t_old = timer(old_call) if old_error is None and not on_cpu else math.nan
         if old_error is None:
             err_old = float(np.max(np.abs(_host_rows(old, sample) - ref))) if sample.size else 0.0
             scale = _max_abs(old)
@@ -461,18 +501,18 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
                 continue
             first = _copy(new)
             r.t_new_ms = timer(call)
-            if v in ("v2", "imma"):                      # kept for the IMMA-vs-v2 report (§6.5 item 6)
+            if v in ("v2", "imma"):                      # kept for the IMMA-vs-v2 report (docs/verification.md)
                 outputs[v], calls[v] = new, call
             _check(r, spec, new, old, ref, budget, sample, zero_rows, v_max, on_cpu, old_finite, old_zero_ok)
             if not _same_bits(first, new):
                 r.failed_checks.append("deterministic")
-                r.notes.append("a repeated call gave different bits (§1.4 requires identical output run after run)")
+                r.notes.append("a repeated call gave different bits (docs/operation.md: same bits run after run)")
             del first
             if r.failed_checks:
                 r.status = FAIL
 
         if "v2" in outputs and "imma" in outputs:
-            # §6.7: two new variants compared are timed alternately twice and the second round is kept.
+            # docs/verification.md: two new variants compared are timed alternately twice and the second round is kept.
             for _ in range(2):
                 t = {v: timer(calls[v]) for v in ("v2", "imma")}
             for r in case_results:
@@ -484,10 +524,10 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
                     r.notes.append(f"imma vs v2 {_g(d)} ({_g(d / scale if scale > 0 else 0.0)} of scale)")
 
         for r in case_results:
-            r.line = format_line(r, prefix)
+            r.line = format_line(r, on_cpu)
             emit(r.line)
             for note in r.notes:
-                emit(f"    {note}")
+                emit(f"      {note}")
             results.append(r)
         del outputs, calls, old
     return results
@@ -496,7 +536,7 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
 def _check(r: ParityResult, spec: CaseSpec, new: Any, old: Any, ref: np.ndarray, budget: np.ndarray | None,
            sample: np.ndarray, zero_rows: np.ndarray, v_max: float, on_cpu: bool, old_finite: bool,
            old_zero_ok: bool) -> None:
-    """The checks of §6.5 on one (case, variant); failures go to r.failed_checks with a note each."""
+    """The checks of docs/verification.md on one (case, variant); failures go to r.failed_checks with a note each."""
     fails, notes = r.failed_checks, r.notes
     new_s = _host_rows(new, sample)
     abs_err = np.abs(new_s - ref)
@@ -508,7 +548,7 @@ def _check(r: ParityResult, spec: CaseSpec, new: Any, old: Any, ref: np.ndarray,
     if use_budget:
         notes.append(f"K8V4 budget: max(|new - ref| - B) = {_g(err_checked)}; check 2 bound {_g(bound2)}")
 
-    if r.variant not in REPORT_ONLY:
+    if r.variant not in REPORT_ONLY:                                      # reported only (format_line says so)
         bound1 = max(4 * r.err_old, 1e-6 * r.ref_scale)
         if not err_checked <= bound1:                                     # written so that NaN fails
             fails.append("1")
@@ -517,8 +557,6 @@ def _check(r: ParityResult, spec: CaseSpec, new: Any, old: Any, ref: np.ndarray,
         if not r.diff <= bound2:
             fails.append("2")
             notes.append(f"check 2: new vs old {_g(r.diff)} > {_g(bound2)}")
-    else:
-        notes.append("fast form: reported, not held to checks 1-2 (§6.5 item 8)")
 
     finite = _all_finite(new)
     zero_ok = bool(np.all(_host_rows(new, zero_rows) == 0)) if zero_rows.size else True
@@ -570,22 +608,6 @@ def exit_code(results: Sequence[ParityResult]) -> int:
     return 0
 
 
-def summary_table(results: Sequence[ParityResult]) -> str:
-    head = ("case", "name", "variant", "result", "err/scale", "diff/scale", "old ms", "new ms", "speed-up")
-    rows = []
-    for r in results:
-        ran = r.status in (PASS, FAIL)
-        rel = lambda a, b: _g(a / b) if b > 0 else _g(a)  # noqa: E731
-        ms = lambda t: "-" if math.isnan(t) else f"{t:.3f}"  # noqa: E731
-        rows.append((str(r.case), r.name, r.variant or "-", r.status,
-                     rel(r.err_new, r.ref_scale) if ran else "-", rel(r.diff, r.scale) if ran else "-",
-                     ms(r.t_old_ms) if ran else "-", ms(r.t_new_ms) if ran else "-",
-                     f"{r.t_old_ms / r.t_new_ms:.2f}x" if ran and r.t_new_ms > 0 else "-"))
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows])
-
-
 def parse_device(text: str) -> tuple[str, int]:
     """'cpu', 'cuda', 'cuda:1', 'hip:0' -> (kind, index)."""
     kind, _, idx = text.strip().lower().partition(":")
@@ -595,7 +617,7 @@ def parse_device(text: str) -> tuple[str, int]:
 
 
 def parse_case_numbers(text: str) -> list[int]:
-    """'1,5,6' or '1-6,9' -> case numbers of §6.2."""
+    """'1,5,6' or '1-6,9' -> case numbers of docs/verification.md."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -608,12 +630,12 @@ def parse_case_numbers(text: str) -> list[int]:
     known = {row.number for row in CASE_TABLE}
     bad = [n for n in out if n not in known]
     if bad or not out:
-        raise ValueError(f"--cases: the cases are numbered 1..{max(known)} (QSA_SPEC §6.2), got {text!r}")
+        raise ValueError(f"--cases: the cases are numbered 1..{max(known)} (docs/verification.md), got {text!r}")
     return sorted(set(out))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``strata-kernels parity`` (QSA_SPEC §6.1)."""
+    """The options of ``strata-kernels parity`` (docs/verification.md)."""
     parser.add_argument("context", nargs="?", type=int, help="context of the full-size cases (default: 32768 "
                         "on a GPU, 4096 on the CPU)")
     parser.add_argument("queries", nargs="?", type=int, help="queries per chunk (default: 2048 on a GPU, 64 on "
@@ -625,7 +647,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", dest="reps_opt", type=int, help="same as the positional reps")
     parser.add_argument("--periodic-queries", type=int,
                         help="queries of case 11 (default 65541 on a GPU, 503 = two periods + 1 on the CPU)")
-    parser.add_argument("--quick", action="store_true", help="small sizes everywhere (ctx 2560, 16 queries, 1 rep)")
+    parser.add_argument("--quick", action="store_true", help="a smoke test of a few seconds: ctx 2560, 16 queries, 1 rep, 252 periodic queries")
     parser.add_argument("--full", action="store_true", help="the spec's sizes even on the CPU (slow there)")
     parser.add_argument("--head-dim", type=int, default=256)
     parser.add_argument("--group", type=int, default=12, help="query heads per KV head (G)")
@@ -633,7 +655,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", help="comma-separated variants to test (default: every variant of the plugin "
                         "that applies to the case)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda[:N] or hip[:N]")
-    parser.add_argument("--cases", help="subset of the cases of QSA_SPEC §6.2, e.g. 1,5,6 or 1-6")
+    parser.add_argument("--cases", help="subset of the cases of docs/verification.md, e.g. 1,5,6 or 1-6")
     parser.add_argument("--steps", action="store_true", help="pass steps [n_q, 4] instead of widths")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
 
@@ -677,7 +699,7 @@ def _device_ready(device: tuple[str, int]) -> str | None:
 
 
 def run(args: argparse.Namespace, api: Any = None) -> int:
-    """``strata-kernels parity``: print one line per (case, variant), a summary table and the closing line;
+    """``strata-kernels parity``: print a legend, one line per (case, variant) and the closing line;
     return the exit code (0, 1, 2 or 77)."""
     try:
         device = parse_device(args.device)
@@ -711,14 +733,13 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
         dev_name = device[0]
     print(f"strata-kernels parity on {dev_name} ({device[0]}:{device[1]}); plugin variants: {', '.join(in_plugin)}; "
           f"ctx {sizes.ctx}, {sizes.queries} queries, reps {sizes.reps}, periodic case {sizes.periodic_queries} "
-          f"queries; HD {args.head_dim}, G {args.group}, n_head_kv {args.n_head_kv}", flush=True)
+          f"queries; HD {args.head_dim}, G {args.group}, n_head_kv {args.n_head_kv}")
+    print(legend(device[0] == "cpu"), end="\n\n", flush=True)
 
     t0 = time.perf_counter()
     results = run_cases(expand_cases(sizes, numbers), device=device, reps=sizes.reps, variants=variants,
                         head_dim=args.head_dim, group=args.group, n_head_kv=args.n_head_kv, steps=args.steps,
                         api=api)
-    print()
-    print(summary_table(results))
     print(f"({time.perf_counter() - t0:.1f} s)")
     if args.json:
         doc = {"device": list(device), "device_name": dev_name, "plugin_variants": in_plugin,

@@ -1,4 +1,4 @@
-"""Plans and the engine's hot path (ARCHITECTURE §6): a call's plugin, variant, geometry, scratch and error word are
+"""Plans and the engine's hot path (docs/engine.md): a call's plugin, variant, geometry, scratch and error word are
 resolved once, so a repeated call only compares shapes, dtypes and devices, then hands raw pointers to the loader.
 
 Out-of-range ids, pages and widths are masked by every kernel and recorded in a per-device error word: host memory
@@ -463,7 +463,7 @@ class Plan:
             _ops._raise_offence(int(r[2]), int(r[3]), c)
         if st == _loader.REFUSED and self.variant is None:
             # A refused kernel (shared-memory opt-in, split decode without room in the scratch) falls back to the
-            # chunk + merge algorithm, as the engine does (QSA_SPEC §5.4 rule 11, §4.9); nothing was launched.
+            # chunk + merge algorithm, as the engine does (docs/variants.md); nothing was launched.
             if self._fallback is None:
                 fb = self._bind(_ops._OP_DECODE, "fp32")
                 if self.words is not None:

@@ -1,5 +1,5 @@
-"""The FP64 oracle of QSA attention (QSA_SPEC §1.2, §4.10) in numpy, the exact dequantisation of the pools (§2),
-and the rounding budget of K8V4 variants that round V to fp16 (§6.5 item 4).
+"""The FP64 oracle of QSA attention (docs/operation.md) in numpy, the exact dequantisation of the pools,
+and the rounding budget of K8V4 variants that round V to fp16 (docs/verification.md).
 
 Everything here runs on the host. Arrays may be numpy or anything ``np.asarray`` accepts (torch CPU tensors);
 torch/cupy device arrays are copied to the host first.
@@ -16,7 +16,8 @@ import numpy as np
 from . import _arrays as A
 
 PAGE = 4
-# K8V4 budget terms (§2.7, §6.5): fp16_rn of a V value errs by at most 2^-11 relative, 2^-25 absolute (subnormals).
+# K8V4 budget terms (docs/verification.md): fp16_rn of a V value errs by at most 2^-11 relative, 2^-25 absolute
+# (subnormals).
 FP16_REL = 2.0 ** -11
 FP16_ABS = 2.0 ** -25
 # Rows dequantised per piece when a whole pool is scanned (bounds the float64 temporaries to ~128 MB at HD 256).
@@ -70,12 +71,12 @@ _host = A.to_host
 
 
 def _as_fp16(x: np.ndarray) -> np.ndarray:
-    """fp16 values, whether stored as float16 or as uint16 bit patterns (§2.2)."""
+    """fp16 values, whether stored as float16 or as uint16 bit patterns (docs/operation.md)."""
     return x.view(np.float16) if x.dtype == np.uint16 else x.astype(np.float16, copy=False)
 
 
 def width_vector(width: Any) -> np.ndarray:
-    """The widths as int64 [n_q]: ``width`` itself, or column 3 of a steps record [n_q, 4] (§1.3)."""
+    """The widths as int64 [n_q]: ``width`` itself, or column 3 of a steps record [n_q, 4] (docs/operation.md)."""
     w = _host(width)
     if w.ndim == 2 and w.shape[1] == 4:
         w = w[:, 3]
@@ -85,7 +86,7 @@ def width_vector(width: Any) -> np.ndarray:
 
 
 def dequant_q4_0(blocks: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
-    """ggml block_q4_0 bytes uint8 [..., NB*18] -> values [..., NB*32] (§2.6): ``(nibble - 8) * d``.
+    """ggml block_q4_0 bytes uint8 [..., NB*18] -> values [..., NB*32] (docs/operation.md): ``(nibble - 8) * d``.
 
     Element j < 16 of a block is the low nibble of ``qs[j]``, element j + 16 its high nibble. The product is exact
     in float32 and float64 (a 4-bit integer times an fp16).
@@ -141,7 +142,7 @@ def dequant_rows(kv: Any, which: str = "k") -> np.ndarray:
 
 
 def v_abs_max(kv: Any) -> float:
-    """max |V| over the dequantised V pool (every physical row, resident or not) - §6.5 item 4."""
+    """max |V| over the dequantised V pool (every physical row, resident or not) - docs/verification.md."""
     rd = _RowReader(kv, "v", np.float64)
     m = 0.0
     for s in range(0, rd.n_rows, _SCAN_ROWS):
@@ -150,7 +151,7 @@ def v_abs_max(kv: Any) -> float:
 
 
 def valid_mask(kv: Any, ids: Any, width: Any) -> np.ndarray:
-    """bool [n_q, cap]: position j of query qi is a valid cell (§1.2, §1.3): j < width, the id in
+    """bool [n_q, cap]: position j of query qi is a valid cell (docs/operation.md): j < width, the id in
     [0, 4 * n_logical_pages), its page-table entry in [0, n_phys_pages). Widths are clamped to [0, cap]."""
     ids_h = _host(ids).astype(np.int64)
     n_q, cap = ids_h.shape
@@ -220,7 +221,7 @@ def _attend_rows(q_h, ids_h, w_all, pt, n_cells, sel, kv, k_rows, v_rows, sqrt_d
         V = v_rows(rows)
         qq = q_h[qi].astype(dtype).reshape(nkv, G, D)
         s = np.matmul(qq, K.transpose(0, 2, 1))                                  # [nkv, G, n]
-        s /= sqrt_d                    # §1.2 divides by sqrt(HD) (exact for HD 64 and 256)
+        s /= sqrt_d                    # docs/operation.md divides by sqrt(HD) (exact for HD 64 and 256)
         s -= s.max(axis=-1, keepdims=True)
         e = np.exp(s)
         l = e.sum(axis=-1, keepdims=True)
@@ -232,8 +233,8 @@ def _attend_rows(q_h, ids_h, w_all, pt, n_cells, sel, kv, k_rows, v_rows, sqrt_d
 
 def qsa_attn_numpy(q: Any, kv: Any, ids: Any, width: Any, queries: Iterable[int] | None = None, *,
                    dtype: Any = np.float32) -> np.ndarray:
-    """§1.2 computed in numpy at ``dtype`` (float32 = the plain-numpy baseline of the benchmark; float64 = the
-    oracle): per query, gather the valid rows of each KV head once, dequantise, one matmul for the G heads,
+    """The operation (docs/operation.md) in numpy at ``dtype`` (float32 = the plain-numpy baseline of the
+    benchmark; float64 = the oracle): per query, gather the valid rows of each KV head once, dequantise, one matmul for the G heads,
     softmax after max subtraction, ``p @ V / l``. Returns ``dtype`` [len(queries), n_head, head_dim]."""
     dt = np.dtype(dtype).type
     if dt not in (np.float32, np.float64):
@@ -243,7 +244,7 @@ def qsa_attn_numpy(q: Any, kv: Any, ids: Any, width: Any, queries: Iterable[int]
 
 
 def qsa_attn_fp64(q: Any, kv: Any, ids: Any, width: Any, queries: Iterable[int] | None = None) -> np.ndarray:
-    """The FP64 oracle (QSA_SPEC §1.2, §4.10): float64 [len(queries), n_head, head_dim] (all queries if None).
+    """The FP64 oracle (docs/operation.md): float64 [len(queries), n_head, head_dim] (all queries if None).
 
     Cells past the width, with an id outside ``[0, 4 * n_logical_pages)``, or whose page-table entry is not a
     physical page (-1 = not resident, or >= n_phys_pages) are excluded; a query with no valid cell gives exactly 0.
@@ -260,6 +261,6 @@ def qsa_attn_fp64_with_budget(q: Any, kv: Any, ids: Any, width: Any,
 
 
 def k8v4_budget(q: Any, kv: Any, ids: Any, width: Any, queries: Iterable[int] | None = None) -> np.ndarray:
-    """Per-element rounding budget of a variant that rounds V to fp16 (§2.7, §6.5 item 4):
+    """Per-element rounding budget of a variant that rounds V to fp16 (docs/operation.md, docs/verification.md):
     ``B = sum_c p_c * (2^-11 |v_c| + 2^-25)`` with the FP64 softmax weights p. float64, same shape as the oracle."""
     return _attend(q, kv, ids, width, queries, np.float64, True)[1]

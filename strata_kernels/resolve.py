@@ -1,12 +1,13 @@
-"""Which plugin runs on which device, and why (ARCHITECTURE §6).
+"""Which plugin runs on which device, and why.
 
 probe the devices (ctypes on the drivers; no torch) → discover plugin files and read their embedded manifests
 (without loading them) → score every plugin against every device → explain the choice → load the chosen one.
 
 Discovery order (also the tie-break between equally good plugins):
-  1. ``strata_kernels/plugins/libstrata_*.so``   (the core wheel, or a local build)
+  1. ``strata_kernels/plugins/libstrata_*.so``   (the core wheel, or ``pip install .``)
   2. entry points in the group ``strata_kernels.plugins`` (plugin wheels), sorted by entry-point name
-  3. the directories of ``STRATA_KERNELS_PLUGIN_PATH`` (os.pathsep-separated), in the order given
+  3. the per-user plugin directory (``strata-kernels build``; ``paths.user_plugin_dir``)
+  4. the directories of ``STRATA_KERNELS_PLUGIN_PATH`` (os.pathsep-separated), in the order given
 
 Entry-point convention: the value names a *package*, e.g. ``cuda13 = "strata_kernels_cuda13"``; its plugins
 are the ``libstrata_*.so`` files in that package's directory. The package is located, not imported, so a
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import PluginError, Unsupported
+from .paths import user_plugin_dir
 from .abi import ABI_VERSION, MANIFEST_BEGIN, MANIFEST_END  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
@@ -54,7 +56,7 @@ DEFAULT_SIMULATED_DRIVER = 13000  # a CUDA 13.0 driver, CUDA style (major*1000 +
 _MAX_MANIFEST_BYTES = 1 << 20
 
 BACKENDS = ("cpu", "cuda", "hip", "sycl")
-_SOURCE_ORDER = {"package": 0, "entry point": 1, "path": 2}
+_SOURCE_ORDER = {"package": 0, "entry point": 1, "user": 2, "path": 3}
 
 # Generic HIP code-object targets and the gfx archs each one covers (LLVM AMDGPU "generic processor" table).
 HIP_GENERIC_TARGETS = {
@@ -106,7 +108,7 @@ class PluginFile:
 
     @property
     def origin(self) -> str:
-        """'package' | 'entry point' | 'path' (the tie-break order)."""
+        """'package' | 'entry point' | 'user' | 'path' (the tie-break order)."""
         return "entry point" if self.source.startswith("entry point") else self.source.split(" ")[0]
 
     @property
@@ -538,8 +540,8 @@ def _entry_point_paths(ep) -> list[Path]:
 
 
 def discover() -> tuple[list[PluginFile], list[str]]:
-    """All plugin files, in discovery order (package, entry points, STRATA_KERNELS_PLUGIN_PATH), and notes on
-    sources that could not be searched. The same file found twice is kept once, at its first place."""
+    """All plugin files, in discovery order (package, entry points, user directory, STRATA_KERNELS_PLUGIN_PATH), and
+    notes on sources that could not be searched. The same file found twice is kept once, at its first place."""
     found: list[PluginFile] = []
     notes: list[str] = []
     seen: set[str] = set()
@@ -570,6 +572,9 @@ def discover() -> tuple[list[PluginFile], list[str]]:
             notes.append(f"{source} holds no libstrata_*.so files")
         for p in paths:
             add(p, source)
+    user = user_plugin_dir()
+    for p in _so_files(user) if user.is_dir() else []:
+        add(p, "user")
     for entry in (e for e in os.environ.get(ENV_PLUGIN_PATH, "").split(os.pathsep) if e.strip()):
         p = Path(entry).expanduser()
         if p.is_dir():
@@ -889,12 +894,29 @@ def native_target_names(targets: "dict[str, Target] | None" = None) -> list[str]
 
 # --------------------------------------------------------------------------------------------- explain
 
+def build_advice(device: Device, target: "Target") -> list[str]:
+    """How to get ``target``'s plugin before (or without) a release on PyPI: build it here with the family's
+    toolchain (docs/building.md)."""
+    wheel_name = _wheel_for(device, target)
+    if wheel_name == "strata-kernels":
+        return []
+    family = wheel_name[len("strata-kernels-"):]
+    t = target.name
+    return [f"(on PyPI once a release is published; until then build it here, with the {family} toolchain:",
+            f" `strata-kernels wheel --family {family} --targets {t} --out dist` then "
+            f"`pip install --find-links dist {wheel_name}`,",
+            f" or `strata-kernels build --targets {t}` into the per-user plugin directory,",
+            f" or `STRATA_TARGETS=\"cpu;{t}\" pip install .` in a source checkout; see docs/building.md)"]
+
+
 def _advice(device: Device, targets=None) -> list[str]:
     chosen, hint = table_choice(device, targets)
     lines = [f"no installed plugin fits {device.arch}; {hint}"]
     if device.kind != "cpu":
-        build = f" (build it with STRATA_TARGETS={chosen.plugin.target})" if chosen else ""
-        lines.append(f"or put a plugin built for it{build} in a directory named by {ENV_PLUGIN_PATH}, or force "
+        tables, _ = _table_targets(targets)
+        if chosen is not None and tables:
+            lines += build_advice(device, tables[chosen.plugin.target])
+        lines.append(f"or put a plugin built for it in a directory named by {ENV_PLUGIN_PATH}, or force "
                      f"an installed one with {ENV_TARGET}=<target>; arrays on the host still run on the CPU plugin")
     return lines
 
@@ -933,7 +955,7 @@ def _trace_device(res: Resolution, targets=None) -> list[str]:
 
 
 def _variant_line(dev: Device, manifest: dict | None) -> str:
-    """What the plugin's automatic dispatch would run on ``dev`` under this process's switches (QSA_SPEC §5.4)."""
+    """What the plugin's automatic dispatch would run on ``dev`` under this process's switches (docs/variants.md)."""
     from .dispatch_model import summary
     m = manifest or {}
     variants = m.get("dispatch_variants") or m.get("variants") or ["fp32"]
@@ -967,7 +989,8 @@ def explain(simulate: str | None = None, *, devices: list[Device] | None = None,
     if forced:
         out.append(f"override: {ENV_TARGET}={forced}")
     out.append(f"plugins found: {len(plugins)}" + ("" if plugins else
-               f" (none in {_package_plugin_dir()}, in entry points {ENTRY_POINT_GROUP!r} or in {ENV_PLUGIN_PATH})"))
+               f" (none in {_package_plugin_dir()}, in entry points {ENTRY_POINT_GROUP!r}, in {user_plugin_dir()} or in "
+               f"{ENV_PLUGIN_PATH})"))
     for p in plugins:
         if p.error:
             out.append(f"  {p.path.name}  [{p.source}]  unusable: {p.error}")

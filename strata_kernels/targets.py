@@ -14,13 +14,13 @@ from pathlib import Path
 
 from .errors import TargetError
 
-# Every variant name the project knows (QSA_SPEC §1.7). A table may only list names that a template provides.
+# Every variant name the project knows (docs/operation.md). A table may only list names that a template provides.
 KNOWN_VARIANTS = (
     "fp32", "fp32_pre75", "fp32_lanecell", "v1", "v2", "imma", "v2t", "v70",
     "wmma", "wmma_fast", "wmma_i8", "rdna2", "split", "grouped",
 )
 
-# Which KV formats each variant accepts (QSA_SPEC §5.5; codes as §6.2: 0 fp16, 1 int8, 2 q4_0, 3 k8v4), the compute
+# Which KV formats each variant accepts (docs/variants.md; codes 0 fp16, 1 int8, 2 q4_0, 3 k8v4), the compute
 # capability its instructions need on NVIDIA (0 = any), and the operations it serves. Rendered into every GPU
 # plugin's dispatch and read by the parity harness: one source for the fact.
 VARIANT_RULES = {
@@ -92,11 +92,11 @@ class Target:
 
     @property
     def all_variants(self) -> tuple[str, ...]:
-        """Dispatched variants first, then the test-only ones (QSA_SPEC §5.5)."""
+        """Dispatched variants first, then the test-only ones (docs/variants.md)."""
         return self.variants + tuple(v for v in self.test_variants if v not in self.variants)
 
     def context(self) -> dict:
-        """The template context: the target's table (ARCHITECTURE §4)."""
+        """The template context: the target's table."""
         return {
             "target": self.name,
             "backend": self.backend.name,
@@ -246,7 +246,7 @@ def load_table(path: Path, templates: Path | None = None) -> list[Target]:
                 dirs = ", ".join(f"templates/{d}/" for d in backend.template_dirs)
                 raise _fail(path, where, f"variant {v!r} has no template ({v}{backend.source_ext}.j2 in {dirs})")
         if "fp32" not in variants:
-            raise _fail(path, where, "every target must dispatch the 'fp32' variant (the fallback of QSA_SPEC §5.4)")
+            raise _fail(path, where, "every target must dispatch the 'fp32' variant (the fallback of docs/variants.md)")
         toolkit = t.get("toolkit", {})
         if not isinstance(toolkit, dict) or set(toolkit) - {"min", "max"}:
             raise _fail(path, where, f"'toolkit' must be a table with min and/or max, got {toolkit!r}")

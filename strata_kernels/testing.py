@@ -1,5 +1,5 @@
-"""The parity data recipe (QSA_SPEC §6.3): synthetic KV pools, page table, queries and selections, plus the KV
-writers' quantisation rule for Q4_0 (§2.6). One function, :func:`make_case`, used by the tests, the parity harness
+"""The parity data recipe (docs/verification.md): synthetic KV pools, page table, queries and selections, plus the KV
+writers' quantisation rule for Q4_0. One function, :func:`make_case`, used by the tests, the parity harness
 and the benchmark, so every target sees identical data for a given (format, context, queries, seed).
 
 The generator is ``np.random.RandomState(seed)``: MT19937 seeded exactly like ``std::mt19937(seed)``. The
@@ -15,17 +15,17 @@ import numpy as np
 
 from .ops import FORMAT_CODES, FORMATS, PAGE, KVCache
 
-# The selection geometry of §1.5: width = min(n_kv, idx_top_k + idx_block - 1).
+# The selection geometry of docs/operation.md: width = min(n_kv, idx_top_k + idx_block - 1).
 SELECTION_WIDTH = 2051
-RECENT = 512                 # newest cells every sparse query keeps (§6.3)
+RECENT = 512                 # newest cells every sparse query keeps (docs/verification.md)
 DRIFT_DIVISOR = 32           # older / 32 replacements per later sparse query (~3 % drift)
-PERIOD = 251                 # base queries of the > 65,535-query case (§6.3)
+PERIOD = 251                 # base queries of the > 65,535-query case (docs/verification.md)
 PERIODIC_WIDTH_MOD = 200     # base query j has width 1 + (j mod 200)
 SEED_BASE, SEED_REAL, SEED_PERIODIC = 1234, 1234 + 100, 777
 
 
 def format_name(fmt: str | int) -> str:
-    """'fp16', 'int8', 'q4_0' or 'k8v4' from a name or a format code 0..3 (§6.2)."""
+    """'fp16', 'int8', 'q4_0' or 'k8v4' from a name or a format code 0..3 (docs/verification.md)."""
     if isinstance(fmt, (int, np.integer)) and not isinstance(fmt, bool):
         if 0 <= int(fmt) < len(FORMATS):
             return FORMATS[int(fmt)]
@@ -35,7 +35,7 @@ def format_name(fmt: str | int) -> str:
 
 
 def default_seed(fmt: str | int, *, real_scales: bool = False, periodic: bool = False) -> int:
-    """1234 + fmt; 1234 + 100 + fmt for the real-scale K8V4 cases; 777 + fmt for the periodic case (§6.3)."""
+    """1234 + fmt; 1234 + 100 + fmt for the real-scale K8V4 cases; 777 + fmt for the periodic case."""
     code = FORMAT_CODES[format_name(fmt)]
     if periodic:
         return SEED_PERIODIC + code
@@ -65,13 +65,13 @@ def _pack_q4_qs(d16: np.ndarray, qs: np.ndarray) -> np.ndarray:
 
 
 def quantize_q4_0(x: np.ndarray) -> np.ndarray:
-    """The KV writer's Q4_0 rule (QSA_SPEC §2.6) on float32 values [..., D] (D a multiple of 32) -> uint8
+    """The KV writer's Q4_0 rule (docs/operation.md) on float32 values [..., D] (D a multiple of 32) -> uint8
     [..., D/32*18].
 
     Per 32-block: ``mval`` = the value of largest |x| (ties -> the larger value); ``d = mval / -8`` (signed
     scale); ``id = 1/d`` (0 if d = 0); ``q = clamp(trunc(x*id + 8.5), 0, 15)`` in float32 (product rounded, then
     the add: no fused multiply-add); d is stored as fp16 but the codes use the unrounded d. No rotation here: the
-    caller rotates before quantising when it wants to (§2.6).
+    caller rotates before quantising when it wants to (docs/operation.md).
     """
     xf = np.asarray(x, dtype=np.float32)
     if xf.shape[-1] % 32:
@@ -90,7 +90,7 @@ def quantize_q4_0(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Pools (§6.3): each draws its codes first, then its scales
+# Pools (docs/verification.md): each draws its codes first, then its scales
 # ---------------------------------------------------------------------------------------------------------------
 def _int8_pool(rs: np.random.RandomState, lead: tuple[int, ...], D: int) -> tuple[np.ndarray, np.ndarray]:
     codes = rs.randint(-127, 128, size=lead + (D,), dtype=np.int8)
@@ -113,7 +113,7 @@ def _q4_random_pool(rs: np.random.RandomState, lead: tuple[int, ...], D: int) ->
 
 def _q4_exact_pool(rs: np.random.RandomState, lead: tuple[int, ...], D: int) -> np.ndarray:
     # d = k/1024 with k in [6, 31]: (n - 8) * d = m/1024 with |m| <= 248 is exact in fp16, so a kernel that rounds
-    # V to fp16 (§2.7) reads the same values as the FP64 reference.
+    # V to fp16 (docs/operation.md) reads the same values as the FP64 reference.
     nb = D // 32
     qs = rs.randint(0, 256, size=lead + (nb, 16), dtype=np.uint8)
     k = rs.randint(6, 32, size=lead + (nb,))
@@ -128,10 +128,10 @@ def _q4_real_pool(rs: np.random.RandomState, lead: tuple[int, ...], D: int) -> n
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Selections (§6.3)
+# Selections (docs/verification.md)
 # ---------------------------------------------------------------------------------------------------------------
 def make_selections(rs: np.random.RandomState, ctx: int, n_q: int) -> tuple[np.ndarray, np.ndarray]:
-    """ids int32 [n_q, cap] and widths int32 [n_q] for queries at positions ``ctx - n_q + i`` (§6.3).
+    """ids int32 [n_q, cap] and widths int32 [n_q] for queries at positions ``ctx - n_q + i`` (docs/verification.md).
 
     Identity ``0 .. n_kv-1`` while ``n_kv <= 2051``; after that the 512 newest cells plus ``w - 512`` older cells:
     the first sparse query takes the first ones of a shuffle of ``[0, n_kv - 512)``, each later one replaces
@@ -224,7 +224,7 @@ def case_label(fmt: str | int, *, holes: bool = False, width0: bool = False, rea
 def make_case(fmt: str | int, ctx: int, n_q: int, seed: int | None = None, holes: bool = False, *,
               width0: bool = False, real_scales: bool = False, periodic: bool = False, n_head_kv: int = 2,
               group: int = 12, head_dim: int = 256, steps: bool = False) -> Case:
-    """The synthetic data of QSA_SPEC §6.3 for one case.
+    """The synthetic data of docs/verification.md for one case.
 
     ``fmt``: 'fp16', 'int8', 'q4_0', 'k8v4' or a code 0..3. ``holes``: logical pages p % 7 == 6 and the last page
     are not resident. ``width0``: queries i % 5 == 2 get width 0. ``real_scales`` (K8V4 only): V blocks quantised

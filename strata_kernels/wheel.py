@@ -1,4 +1,4 @@
-"""Plugin wheels per toolchain family (ARCHITECTURE §9): build a family's targets and package them reproducibly.
+"""Plugin wheels per toolchain family : build a family's targets and package them reproducibly.
 
 A family is a name in the targets' ``families`` lists (``cuda13``, ``cuda12``, ``rocm``, ``sycl``; ``core`` is the
 core wheel that ``pip wheel .`` builds). Its wheel ``strata-kernels-<family>`` holds one package,

@@ -1,4 +1,4 @@
-/* strata_plugin.h - the plugin ABI of strata-kernels (ARCHITECTURE §5).
+/* strata_plugin.h - the plugin ABI of strata-kernels.
  *
  * Plain C, versioned. A plugin exports exactly one symbol, strata_plugin_entry(), which returns a table of
  * function pointers. Nothing C++ crosses this boundary: no exceptions, no STL types. Every call returns a
@@ -27,7 +27,7 @@ typedef enum strata_status {
     STRATA_UNSUPPORTED = 3 /* the variant/format/geometry/device cannot run here; err says why */
 } strata_status;
 
-/* KV formats, numbered as QSA_SPEC §6.2's fmt codes. */
+/* KV formats, numbered as docs/verification.md's fmt codes. */
 typedef enum strata_format {
     STRATA_FMT_FP16 = 0,
     STRATA_FMT_INT8 = 1,
@@ -61,8 +61,8 @@ typedef struct strata_device_info {
 } strata_device_info;
 
 /* One attention call. All pointers are on `device`; all arrays C-contiguous, 16-byte aligned.
- * Layouts: QSA_SPEC §2.1-§2.3. The plugin never reads outside [0, n_pages) of page_table, [0, n_phys_pages)
- * of the pools or [0, cap) of an ids row, whatever the arrays hold (§1.3). */
+ * Layouts: docs/operation.md. The plugin never reads outside [0, n_pages) of page_table, [0, n_phys_pages)
+ * of the pools or [0, cap) of an ids row, whatever the arrays hold (docs/operation.md). */
 typedef struct strata_attn_args {
     uint32_t struct_size;       /* sizeof(strata_attn_args): lets a newer caller talk to an older plugin */
     strata_device device;
@@ -84,7 +84,7 @@ typedef struct strata_attn_args {
     const void *v;
     const void *k_scale;        /* uint16 (fp16 bits) [P, n_kv, 4, HD/64] for int8 / k8v4 K; else NULL */
     const void *v_scale;        /* int8 V only */
-    float *scratch;             /* decode scratch (QSA_SPEC §2.9) or NULL (the plugin then uses its own) */
+    float *scratch;             /* decode scratch (docs/operation.md) or NULL (the plugin then uses its own) */
     int64_t scratch_floats;
     int64_t *bad;               /* NULL or [2], initialised by the caller to INT64_MAX: [0] the smallest
                                    qi*cap+j whose id or page was out of range, [1] the smallest qi whose

@@ -2,6 +2,8 @@
 
 Check (§6.5 item 7): err <= 1e-5 * ref_scale; plus check 3 (finite; width-0 and all-hole rows exactly 0).
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -117,3 +119,34 @@ def test_periodic_case_is_periodic(sk):
     out = sk.qsa_prompt_attn(case.q, case.kv, case.ids, case.width)
     base = out[np.arange(600) % 251]
     assert np.array_equal(out, base)
+
+
+def test_parity_output_prints_each_case_once_with_its_rule_and_a_legend(sk, capsys):
+    """`strata-kernels parity`: one line per case (no second table), the pass rule in words, a legend, and no speed
+    comparison on the CPU, where the variant and the fp32 reference are the same kernel."""
+    from strata_kernels import cli
+    assert cli.main(["parity", "--quick", "--cases", "1,6,12"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    case_lines = [l for l in lines if re.match(r"(PASS|FAIL|SKIP) +case ", l)]
+    assert len([l for l in case_lines if " case 1 " in l]) == 1 and len([l for l in case_lines if " case 6 " in l]) == 1
+    assert sum(" case 12" in l for l in case_lines) == 4, out                    # its four shapes, each once
+    assert all("must be <= 1e-05" in l for l in case_lines if l.startswith("PASS")), out
+    assert "Each line:" in out and "SKIP fallback:" in out and "docs/verification.md" in out
+    assert "x faster" not in out and "new vs old" not in out and "speed-up" not in out
+    assert lines[-1].startswith("PASSED: 2 ") and "SKIPPED (not applicable): 4" in lines[-1]
+
+
+def test_quick_is_small():
+    from strata_kernels import parity
+    q = parity.QUICK_SIZES
+    assert q.ctx <= 2560 and q.queries <= 16 and q.reps == 1 and q.periodic_queries <= parity.PERIOD + 1
+
+
+def test_readme_python_example_runs(sk, capsys):
+    """The README's Python example, as written, on the CPU plugin."""
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    assert "Which(" in capsys.readouterr().out

@@ -212,3 +212,48 @@ def test_fresh_venv_install_explain_and_uninstall(core_wheel, cuda13_family, whe
     text = run(str(exe), "explain", "--simulate", "sm_89")
     assert "libstrata_sm_89.so" not in text and "entry point cuda13" not in text
     assert "=> no plugin chosen" in text and "pip install strata-kernels-cuda13" in text
+
+
+@pytest.fixture(scope="module")
+def build_tools(wheelhouse) -> Path:
+    """cmake, ninja and nanobind as wheels (the `build` extra), so `strata-kernels build` runs in an offline venv."""
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(wheelhouse),
+                        "cmake>=3.26", "ninja", "nanobind>=2.2"], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        pytest.skip(f"could not fetch cmake/ninja wheels for the offline install: {p.stderr[-300:]}")
+    return wheelhouse
+
+
+def test_built_plugins_stay_out_of_site_packages_and_uninstall_leaves_nothing(core_wheel, build_tools, tmp_path):
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    py, exe = env_dir / "bin" / "python", env_dir / "bin" / "strata-kernels"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRATA_", "PYTHON", "XDG_"))}
+    env.update(PATH=f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}", XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_CACHE_HOME=str(tmp_path / "cache"), MAX_JOBS=os.environ.get("MAX_JOBS", "2"))
+
+    def run(*args: str) -> str:
+        p = subprocess.run([*args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+        assert p.returncode == 0, f"{' '.join(args)} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        return p.stdout
+
+    run(str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(core_wheel.parent),
+        "--find-links", str(build_tools), "strata-kernels[build]")
+    site = Path(run(str(py), "-c", "import strata_kernels, os; print(os.path.dirname(strata_kernels.__file__))")
+                .strip())
+    files = lambda: sorted(str(p.relative_to(site)) for p in site.rglob("*")  # noqa: E731
+                           if p.is_file() and "__pycache__" not in p.parts)
+    before = files()
+    out = run(str(exe), "build", "--targets", "cpu")
+    user = tmp_path / "data" / "strata-kernels" / f"plugins-{__version__}"
+    assert (user / "libstrata_cpu.so").is_file() and str(user) in out, out
+    assert files() == before, "`strata-kernels build` wrote into the installed package"
+    text = run(str(exe), "explain")
+    assert f"{user / 'libstrata_cpu.so'}" in text and "[user]" in text, text
+    info = run(str(exe), "info")
+    assert "strata-kernels build: asked for 'cpu'; built cpu" in info and "pip install: asked for 'cpu'" in info, info
+    run(str(exe), "clean")
+    assert not (tmp_path / "data" / "strata-kernels").exists() and not (tmp_path / "cache" / "strata-kernels").exists()
+    run(str(py), "-m", "pip", "uninstall", "-y", "-q", "strata-kernels")
+    left = [str(p) for p in site.parent.glob("strata_kernels*")]
+    assert not left, f"left behind in site-packages after uninstall: {left}"

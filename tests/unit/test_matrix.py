@@ -134,9 +134,19 @@ def test_the_workflow_runs_every_job(jobs):
 def test_the_workflow_parses_as_yaml(jobs):
     yaml = pytest.importorskip("yaml")
     doc = yaml.safe_load(matrix.workflow(jobs))
-    assert set(doc["jobs"]) == {"core", "plugin", "collect"}
+    assert set(doc["jobs"]) == {"core", "plugin", "collect", "publish"}
     plugin = doc["jobs"]["plugin"]["strategy"]["matrix"]["include"]
     assert [(r["family"], r["platform"]) for r in plugin] == [(j.family, j.platform) for j in jobs if j.family != "core"]
+
+
+def test_release_job_publishes_every_wheel_on_a_version_tag_only(jobs):
+    text = matrix.workflow(jobs)
+    pub = text[text.index("\n  publish:"):]
+    assert "needs: [collect]" in pub and "startsWith(github.ref, 'refs/tags/v')" in pub
+    assert "id-token: write" in pub and "name: pypi" in pub, "trusted publishing needs OIDC and the environment"
+    assert "pypa/gh-action-pypi-publish@release/v1" in pub and "name: all-wheels" in pub
+    assert "password" not in pub and "secrets." not in pub, "trusted publishing stores no token"
+    assert 'tags: ["v*"]' in text
 
 
 def test_a_changed_table_makes_the_committed_workflow_stale(tables, tmp_path):
