@@ -2,7 +2,7 @@
 # One call on the lent H200 for the engine call path (issue 11): the GPU tests (capture + replay, lazy error words,
 # threads x streams, torch.compile reduce-overhead, CuPy) and `bench --overhead`, results under $OUT.
 # Build here first (sm_90 plugin + the abi3 loader; Python 3.12):
-#   STRATA_TARGETS="cpu;sm_90" python3.12 -c "from strata_kernels import build; build.build(with_loader=True)"
+#   STRATA_TARGETS="cpu;sm_90" python3.12 -c "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')"
 # Usage on the device: bash ci/gpu_callpath.sh   (STRATA_KERNELS_COMMIT names the commit in the bench JSON)
 set -uo pipefail
 OUT=${OUT:-/tmp/strata-out}

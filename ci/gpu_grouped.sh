@@ -3,7 +3,7 @@
 # prompt variant beside the torch baselines and the gather floors, sanitizers, and an ncu summary; results under $OUT.
 # The sm_90 plugin and the abi3 loader are built on the CPU machine and carried (see ci/gpu_h200.sh):
 #   STRATA_KERNELS_BUILD_DIR=/work/build-main STRATA_TARGETS="cpu;sm_90" python3.12 -c \
-#     "from strata_kernels import build; build.build(with_loader=True)"
+#     "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')"
 # carry: strata_kernels/_loader.abi3.so strata_kernels/plugins
 # Usage: STAGES="tests bench parity sanitize ncu" SHAPES=... bash ci/gpu_grouped.sh
 set -uo pipefail

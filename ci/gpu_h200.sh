@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent H200 (device tool): GPU tests, parity and benchmark, results under $OUT.
 # The plugins and the abi3 loader are built on the CPU machine (Python 3.12, nvcc 13.0, sm_90) and carried:
-#   STRATA_TARGETS="cpu;sm_90" python3.12 -c "from strata_kernels import build; build.build(with_loader=True)"
+#   STRATA_TARGETS="cpu;sm_90" python3.12 -c "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')"
 # carry: strata_kernels/_loader.abi3.so strata_kernels/plugins .whl (pytest wheels; the H200 has no registry)
 #        .wheels (the core cp312-abi3 wheel and the cuda13 family wheel, built here:
 #                 STRATA_TARGETS=cpu python3.12 -m pip wheel . --no-deps -w .wheels
