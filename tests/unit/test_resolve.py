@@ -464,9 +464,9 @@ def test_explain_with_fake_plugins(tmp_path, tables):
     assert "ACCEPT  sm_86" in cuda and "exact SASS sm_86" in cuda
     assert "ACCEPT  sm_80" in cuda and "same major, older minor" in cuda
     assert "REJECT  gfx1100: backend hip plugin, device is cuda" in cuda
-    assert "=> chosen: sm_86" in cuda
+    assert "=> chosen: sm_86 by exact SASS sm_86 (" in cuda
     hip = next(b for b in blocks if b.startswith("hip:0 gfx1100"))
-    assert "=> chosen: gfx1100" in hip
+    assert "=> chosen: gfx1100 by exact code object gfx1100 (" in hip
     gfx1030 = next(b for b in blocks if b.startswith("hip:1 gfx1030"))
     assert "REJECT  gfx1100" in gfx1030 and "no plugin chosen" in gfx1030
     assert "the target table would use gfx1030" in gfx1030 and "pip install strata-kernels-rocm" in gfx1030
