@@ -137,6 +137,15 @@ class Candidate:
     def verdict(self) -> str:
         return "ACCEPT" if self.accepted else "REJECT"
 
+    @property
+    def how(self) -> str:
+        """How the plugin's code reaches the device: 'exact SASS sm_100', 'same-major SASS sm_120',
+        'PTX JIT compute_120', 'generic code object gfx11-generic'; empty where there is one way (CPU, SYCL)."""
+        backend = self.plugin.backend
+        words = {"cuda": {3: "exact SASS", 2: "same-major SASS", 1: "PTX JIT"},
+                 "hip": {3: "exact code object", 1: "generic code object"}}.get(backend or "", {})
+        return f"{words[self.score]} {self.match}" if self.score in words and self.match else ""
+
 
 @dataclass
 class Resolution:
@@ -939,7 +948,8 @@ def _trace_device(res: Resolution, targets=None) -> list[str]:
     for n in res.notes:
         lines.append(f"  note: {n}")
     if res.chosen is not None:
-        lines.append(f"  => chosen: {res.chosen.plugin.target} ({res.chosen.plugin.path})")
+        how = f" by {res.chosen.how}" if res.chosen.how else ""
+        lines.append(f"  => chosen: {res.chosen.plugin.target}{how} ({res.chosen.plugin.path})")
         lines.append(f"     variants: {_variant_line(dev, res.chosen.plugin.manifest)}")
     else:
         lines.append("  => no plugin chosen")

@@ -39,7 +39,7 @@ ENTRY_POINT_GROUP = "strata_kernels.plugins"
 
 # Size budgets (README, "Wheels", says why these numbers): the sum of a family's plugin files and each plugin, in MB.
 # A wheel past a budget is not written; raise a budget only with the reason in the README.
-FAMILY_BUDGET_MB = {"cuda13": 8.0, "cuda12": 8.0, "rocm": 6.0, "sycl": 2.0}
+FAMILY_BUDGET_MB = {"cuda13": 10.0, "cuda12": 8.0, "rocm": 6.0, "sycl": 2.0}
 TARGET_BUDGET_MB = {"cuda": 1.6, "hip": 1.5, "sycl": 1.5}
 
 

@@ -39,10 +39,15 @@ def _wheel(family: str, out: Path, build_dir: Path, targets: str | None = None) 
 
 
 @pytest.fixture(scope="module")
-def cuda13_family(tmp_path_factory):
+def cuda13_build_dir(tmp_path_factory) -> Path:
+    """The cuda13 family's build directory: later builds of a subset there compile nothing again."""
+    return tmp_path_factory.mktemp("cuda13-build")
+
+
+@pytest.fixture(scope="module")
+def cuda13_family(tmp_path_factory, cuda13_build_dir):
     _need_nvcc13()
-    tmp = tmp_path_factory.mktemp("cuda13")
-    return _wheel("cuda13", tmp / "dist", tmp / "build")
+    return _wheel("cuda13", tmp_path_factory.mktemp("cuda13") / "dist", cuda13_build_dir)
 
 
 def test_family_wheel_tags_contents_and_budget(cuda13_family):
@@ -71,9 +76,11 @@ def test_family_wheel_tags_contents_and_budget(cuda13_family):
         assert r["device_code_bytes"] > 0
         assert r["plugin_bytes"] / 1e6 <= TARGET_BUDGET_MB["cuda"], r
     assert report["plugin_bytes_total"] / 1e6 <= FAMILY_BUDGET_MB["cuda13"], report["plugin_bytes_total"]
-    # sm_120 carries the compute_120 PTX, so later GPUs can JIT it
-    m120 = json.loads(zipfile.ZipFile(res.wheel).read("strata_kernels_cuda13/manifests/sm_120.json"))
-    assert m120["ptx"] == ["compute_120"]
+    # sm_120 carries the compute_120 PTX, so later GPUs can JIT it; sm_80 the portable variants' compute_80 PTX,
+    # for a major without SASS below 12 (ARCHITECTURE §6); the other targets carry SASS only
+    with zipfile.ZipFile(res.wheel) as z:
+        ptx = {t: json.loads(z.read(f"strata_kernels_cuda13/manifests/{t}.json"))["ptx"] for t in members}
+    assert ptx == {t: {"sm_80": ["compute_80"], "sm_120": ["compute_120"]}.get(t, []) for t in members}
 
 
 def _auditwheel_agrees(whl: Path) -> None:
@@ -101,12 +108,12 @@ def test_family_wheel_rebuild_is_byte_identical(tmp_path):
     assert first.wheel.read_bytes() == second.wheel.read_bytes()
 
 
-def test_a_family_past_its_budget_is_refused(tmp_path, monkeypatch):
-    _need_nvcc13()
+def test_a_family_past_its_budget_is_refused(tmp_path, monkeypatch, cuda13_family, cuda13_build_dir):
     from strata_kernels.errors import BuildError
     monkeypatch.setitem(wheel.TARGET_BUDGET_MB, "cuda", 0.5)
+    # sm_89 in the family's build directory: the refusal is under test, not the compiler (CI time)
     with pytest.raises(BuildError, match=r"over its size budget: sm_89 is 0\.\d\d MB \(budget 0\.5 MB\)"):
-        wheel.build_family_wheel("cuda13", tmp_path / "dist", targets="sm_89", build_dir=tmp_path / "b",
+        wheel.build_family_wheel("cuda13", tmp_path / "dist", targets="sm_89", build_dir=cuda13_build_dir,
                                  log=lambda m: None)
     assert not list((tmp_path / "dist").glob("*.whl"))
 
@@ -197,13 +204,16 @@ def test_fresh_venv_install_explain_and_uninstall(core_wheel, cuda13_family, whe
         "strata-kernels", "strata-kernels-cuda13")
     run(str(py), "-m", "pip", "check")
     members = [t.name for t in wheel.family_targets("cuda13")]
-    text = run(str(exe), "explain", "--simulate", "sm_89,sm_121,cpu")
+    text = run(str(exe), "explain", "--simulate", "sm_89,sm_100,sm_103,sm_110,sm_121,sm_130,cpu")
     for t in members:
         assert f"libstrata_{t}.so" in text and "[entry point cuda13" in text, text
     assert "site-packages/strata_kernels_cuda13/" in text
     blocks = {b.split()[1]: b for b in text.split("\n\n")[1:] if b.strip()}
-    assert "=> chosen: sm_89" in blocks["sm_89"]
-    assert "=> chosen: sm_120" in blocks["sm_121"]  # same-major older SASS
+    assert "=> chosen: sm_89 by exact SASS sm_89" in blocks["sm_89"]
+    for blackwell in ("sm_100", "sm_103", "sm_110"):  # the real manifests, as tests/unit checks the tables'
+        assert f"=> chosen: {blackwell} by exact SASS {blackwell}" in blocks[blackwell]
+    assert "=> chosen: sm_120 by same-major SASS sm_120" in blocks["sm_121"]
+    assert "=> chosen: sm_120 by PTX JIT compute_120" in blocks["sm_130"]
     assert "=> chosen: cpu" in blocks["x86_64"] or "=> chosen: cpu" in text
     # the installed core computes: the CPU plugin against the FP64 reference, the smallest parity run
     out = run(str(exe), "parity", "--quick", "--cases", "1")

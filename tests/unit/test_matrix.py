@@ -107,10 +107,12 @@ def test_sm70_only_in_cuda12(jobs):
     assert [j.family for j in jobs if "sm_70" in j.target_names] == ["cuda12"]
 
 
-def test_cuda13_carries_sm120_with_ptx(jobs):
+def test_cuda13_carries_sm75_to_sm120_with_the_ptx_policy(jobs):
     for platform in ("linux-x86_64", "linux-aarch64"):
-        assert _job(jobs, "cuda13", platform).targets == ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120+PTX")
+        assert _job(jobs, "cuda13", platform).targets == ("sm_75", "sm_80+PTX", "sm_86", "sm_89", "sm_90", "sm_100",
+                                                          "sm_103", "sm_110", "sm_120+PTX")
     assert "sm_120" not in _job(jobs, "cuda12").target_names
+    assert "sm_80+PTX" in _job(jobs, "cuda12").targets
 
 
 def test_images_are_the_toolkits_own(jobs):
@@ -151,10 +153,10 @@ def test_release_job_publishes_every_wheel_on_a_version_tag_only(jobs):
 
 def test_a_changed_table_makes_the_committed_workflow_stale(tables, tmp_path):
     cuda = tables / "cuda.toml"
-    cuda.write_text(cuda.read_text() + '\n[targets.sm_100]\narch = "100"\nfamilies = ["cuda13"]\n'
-                    'toolkit = { min = "12.8" }\nfeatures = ["cp_async"]\nvariants = ["fp32"]\n')
+    cuda.write_text(cuda.read_text() + '\n[targets.sm_87]\narch = "87"\nfamilies = ["cuda13"]\n'
+                    'toolkit = { min = "11.8" }\nfeatures = ["cp_async"]\nvariants = ["fp32"]\n')
     changed = matrix.workflow(matrix.expand(matrix.load(tables)))
-    assert "sm_90;sm_100;sm_120+PTX" in changed
+    assert "sm_86;sm_87;sm_89" in changed
     assert changed != matrix.workflow(matrix.expand(matrix.load()))
 
     current = tmp_path / "wheels.yml"
@@ -162,7 +164,7 @@ def test_a_changed_table_makes_the_committed_workflow_stale(tables, tmp_path):
     assert matrix.check(current) is None
     problem = matrix.check(current, tables)
     assert problem and "python ci/matrix.py --write" in problem
-    assert "sm_100" in problem, "the message shows the difference"
+    assert "sm_87" in problem, "the message shows the difference"
 
 
 def test_check_command_names_the_fix(tables):

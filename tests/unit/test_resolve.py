@@ -464,9 +464,9 @@ def test_explain_with_fake_plugins(tmp_path, tables):
     assert "ACCEPT  sm_86" in cuda and "exact SASS sm_86" in cuda
     assert "ACCEPT  sm_80" in cuda and "same major, older minor" in cuda
     assert "REJECT  gfx1100: backend hip plugin, device is cuda" in cuda
-    assert "=> chosen: sm_86" in cuda
+    assert "=> chosen: sm_86 by exact SASS sm_86 (" in cuda
     hip = next(b for b in blocks if b.startswith("hip:0 gfx1100"))
-    assert "=> chosen: gfx1100" in hip
+    assert "=> chosen: gfx1100 by exact code object gfx1100 (" in hip
     gfx1030 = next(b for b in blocks if b.startswith("hip:1 gfx1030"))
     assert "REJECT  gfx1100" in gfx1030 and "no plugin chosen" in gfx1030
     assert "the target table would use gfx1030" in gfx1030 and "pip install strata-kernels-rocm" in gfx1030
@@ -759,3 +759,62 @@ def test_the_module_imports_without_the_native_loader():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1" and out.stderr == ""
     assert importlib.util.find_spec("strata_kernels.resolve") is not None
+
+
+# ---------------------------------------------------------------------- every NVIDIA GPU of today gets a plugin
+
+FAMILY_TOOLKIT = {"cuda13": "13.0", "cuda12": "12.9"}  # the nvcc each CUDA family's wheel is built with (ci/matrix.py)
+
+
+def family_install(directory: Path, tables: dict, family: str, drop: tuple[str, ...] = ()) -> list:
+    """Fake plugins carrying the manifests codegen writes for ``family``'s targets: what its wheel installs."""
+    from strata_kernels import codegen
+    nvcc = {"name": "nvcc", "version": FAMILY_TOOLKIT[family]}
+    for name, t in tables.items():
+        if family in t.families and name not in drop:
+            write_plugin(directory, name, codegen.build_manifest(t, t.ptx, nvcc, [], "0" * 64))
+    return plugins_in(directory)
+
+
+# (device, the cuda13 plugin chosen, how its code reaches the device)
+NEWEST_NVIDIA = [
+    ("sm_100", "sm_100", "exact SASS sm_100"),        # B200, GB200
+    ("sm_103", "sm_103", "exact SASS sm_103"),        # B300, GB300
+    ("sm_110", "sm_110", "exact SASS sm_110"),        # Jetson Thor
+    ("sm_121", "sm_120", "same-major SASS sm_120"),   # DGX Spark (GB10)
+    ("sm_130", "sm_120", "PTX JIT compute_120"),      # a GPU newer than the newest SASS
+]
+
+
+def test_explain_chooses_a_cuda13_plugin_for_blackwell_and_later(tmp_path, tables):
+    plugins = family_install(tmp_path, tables, "cuda13")
+    text = resolve.explain(",".join(d for d, _, _ in NEWEST_NVIDIA), plugins=plugins)
+    blocks = {b.split()[1]: b for b in text.split("\n\n")[1:] if b.strip()}
+    for device, target, how in NEWEST_NVIDIA:
+        assert f"=> chosen: {target} by {how} (" in blocks[device], blocks[device]
+    # sm_100-class devices let a block opt in to 227 KB of shared memory: INT8 prompts run grouped there
+    for device in ("sm_100", "sm_103", "sm_110"):
+        assert "int8 grouped" in blocks[device], blocks[device]
+
+
+def test_a_major_without_sass_runs_the_portable_ptx(tmp_path, tables):
+    """Without its own SASS, a device whose major lies between the SASS majors still gets the sm_80 variants'
+    PTX (compute_120 is newer than it, and SASS never crosses majors)."""
+    plugins = family_install(tmp_path, tables, "cuda13", drop=("sm_110",))
+    (res,) = resolve.resolve(resolve.simulate("sm_110"), plugins)
+    assert chosen(res) == "sm_80" and res.chosen.how == "PTX JIT compute_80"
+    assert "newer than the device" in candidate(res, "sm_120").reason
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_TOOLKIT))
+def test_every_nvidia_arch_from_the_familys_oldest_on_gets_a_plugin(tmp_path, tables, family):
+    """ARCHITECTURE §6: every NVIDIA GPU newer than the newest SASS still reaches some PTX; every arch between the
+    family's oldest and newest SASS reaches SASS of its major or that PTX."""
+    plugins = family_install(tmp_path, tables, family)
+    sass = sorted(resolve._parse_sm(s)[:2] for p in plugins for s in p.manifest["sass"])
+    devices = [Device("cuda", 0, f"NVIDIA sm_{ma}{mi}", f"sm_{ma}{mi}", (ma, mi), 13000, True)
+               for ma in range(sass[0][0], 21) for mi in range(10) if (ma, mi) >= sass[0]]
+    for res in resolve.resolve(devices, plugins):
+        assert res.chosen is not None, "\n".join(resolve._trace_device(res, tables))
+        if res.device.cc[0] > sass[-1][0]:
+            assert res.chosen.how.startswith("PTX JIT"), res.chosen.reason

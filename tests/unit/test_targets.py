@@ -6,7 +6,7 @@ import pytest
 from strata_kernels import targets
 from strata_kernels.errors import TargetError
 
-MISSION = {"cpu", "sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120",
+MISSION = {"cpu", "sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120",
            "gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201", "sycl"}
 
 
@@ -23,9 +23,13 @@ def test_cuda_toolkit_floors_and_ptx_policy(table):
     assert table["sm_70"].toolkit_max == "12.9", "CUDA 13 dropped Volta: sm_70 needs a 12.x toolkit"
     assert table["sm_70"].families == ("cuda12",)
     assert table["sm_120"].ptx and "cuda13" in table["sm_120"].families
-    assert not any(table[t].ptx for t in ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90"))
+    # the newest arch's PTX for later GPUs, and the portable sm_80 variants' PTX for a major without SASS
+    assert table["sm_80"].ptx
+    assert not any(table[t].ptx for t in ("sm_75", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110"))
     for t in ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90"):
         assert {"cuda13", "cuda12"} <= set(table[t].families)
+    for t in ("sm_100", "sm_103", "sm_110"):
+        assert table[t].families == ("cuda13",) and "grouped" in table[t].variants
 
 
 def test_features_not_arch_numbers(table):
@@ -40,11 +44,12 @@ def test_engine_geometry_everywhere(table):
 
 
 @pytest.mark.parametrize("spec, expected", [
-    ("cpu;sm_80;sm_90+PTX;gfx1100", [("cpu", False), ("sm_80", False), ("sm_90", True), ("gfx1100", False)]),
-    ("8.0;8.6+PTX", [("sm_80", False), ("sm_86", True)]),
+    # sm_80 and sm_120 carry PTX by their tables; "+PTX" adds it to another target
+    ("cpu;sm_80;sm_90+PTX;gfx1100", [("cpu", False), ("sm_80", True), ("sm_90", True), ("gfx1100", False)]),
+    ("8.6;8.9+PTX", [("sm_86", False), ("sm_89", True)]),
     ("9.0 12.0", [("sm_90", False), ("sm_120", True)]),
     ("compute_90", [("sm_90", True)]),
-    ("80,86", [("sm_80", False), ("sm_86", False)]),
+    ("80,86", [("sm_80", True), ("sm_86", False)]),
     ("sycl;cpu", [("cpu", False), ("sycl", False)]),
 ])
 def test_parse_target_list(spec, expected, table):

@@ -16,7 +16,7 @@ from strata_kernels.errors import TargetError
 def test_families_come_from_the_tables():
     assert wheel.families() == ["cuda12", "cuda13", "rocm", "sycl"]
     names = lambda f: [t.name for t in wheel.family_targets(f)]  # noqa: E731
-    assert names("cuda13") == ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120"]
+    assert names("cuda13") == ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120"]
     assert names("cuda12") == ["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
     assert names("rocm") == ["gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201"]
     assert names("sycl") == ["sycl"]
