@@ -33,7 +33,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print("  none installed")
     for p in plugins:
         m = p.manifest or {}
-        what = f"{m.get('target')} ({m.get('backend')}; variants {', '.join(m.get('variants', []))})" if m else p.error
+        geoms = ", ".join(f"{hd}x{g}" for hd, g in resolve.plugin_geometries(p))
+        what = (f"{m.get('target')} ({m.get('backend')}; variants {', '.join(m.get('variants', []))}; geometries "
+                f"{geoms})" if m else p.error)
         print(f"  {p.path}  [{p.source}]  {what}")
     print("builds:")
     records = [("pip install", targets.package_root() / build.RECORD),
