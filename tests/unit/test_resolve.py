@@ -81,6 +81,7 @@ def isolated(monkeypatch, tmp_path):
     empty = tmp_path / "empty_package_plugins"
     empty.mkdir()
     monkeypatch.setattr(resolve, "_package_plugin_dir", lambda: empty)
+    monkeypatch.setattr(resolve, "user_plugin_dir", lambda: empty)   # `strata-kernels build` output stays out too
     monkeypatch.setattr(resolve, "_entry_points", lambda: [])
     for var in (resolve.ENV_PLUGIN_PATH, resolve.ENV_TARGET, resolve.ENV_SIMULATE_DRIVER):
         monkeypatch.delenv(var, raising=False)
