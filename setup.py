@@ -52,8 +52,10 @@ class CMakeBuild(build_ext):
             build_dir = Path(os.environ.get("STRATA_KERNELS_BUILD_DIR") or (ROOT / "build" / "strata"))
         jobs = int(os.environ.get("MAX_JOBS", "0") or 0) or self.parallel or None
         log = lambda msg: print(msg, flush=True)  # noqa: E731 - pip shows these with -v
+        # STRATA_GEOMETRIES="128x4,128x8": per target, one more plugin with those its table lacks, beside its own.
         result = sk_build.build(os.environ.get("STRATA_TARGETS") or "native", build_dir=build_dir,
-                                install_dir=pkg / "plugins", with_loader=True, loader_dir=pkg, jobs=jobs, log=log)
+                                install_dir=pkg / "plugins", with_loader=True, loader_dir=pkg, jobs=jobs,
+                                geometries=os.environ.get("STRATA_GEOMETRIES") or None, log=log)
         if not self.inplace:  # build/lib persists between pip runs: drop plugins this build did not make
             for stale in sorted((pkg / "plugins").glob("libstrata_*.so")):
                 if stale.resolve() not in {p.resolve() for p in result.built.values()}:

@@ -21,7 +21,8 @@ from typing import Callable
 from . import __version__, codegen, toolchains
 from .paths import cache_home, user_plugin_dir
 from .errors import BuildError, ToolchainError
-from .targets import Selection, all_targets, package_root, parse_target_list
+from .geometry import Geometry, parse as parse_geometries
+from .targets import Selection, all_targets, extra_geometries, package_root, parse_target_list
 
 Log = Callable[[str], None]
 
@@ -119,7 +120,7 @@ def _key(selections: list[Selection], tcs: dict, loader: dict | None, root: Path
     h = hashlib.sha256()
     h.update(json.dumps({
         "version": __version__,
-        "targets": [[s.target.name, s.ptx] for s in selections],
+        "targets": [[s.plugin, s.ptx, [g.tag for g in s.target.geometries]] for s in selections],
         "toolchains": {k: v.as_dict() for k, v in sorted(tcs.items())},
         "loader": loader,
         "python": sys.executable,
@@ -166,11 +167,37 @@ def _run_streamed(cmd: list[str], cwd: Path, log: Log, env: dict | None = None, 
         raise BuildError(f"{' '.join(cmd[:2])} failed (exit {rc}); last output:\n" + "\n".join(tail))
 
 
+def with_geometries(selections: list[Selection], geometries: "str | tuple[Geometry, ...] | None", *,
+                    table_plugins: bool, log: Log = print) -> list[Selection]:
+    """The selections to build when ``geometries`` are asked for: per target, a plugin of those its table lacks
+    (``libstrata_<target>-128x4.so``), beside the table's plugin (``table_plugins``) or alone."""
+    if not geometries:
+        return selections
+    wanted = parse_geometries(geometries) if isinstance(geometries, str) else tuple(geometries)
+    out: list[Selection] = []
+    for sel in selections:
+        if table_plugins:
+            out.append(sel)
+        extra = extra_geometries(sel, wanted)
+        if extra is None:
+            log(f"strata-kernels: {sel.target.name}: its table's plugin already has "
+                f"{', '.join(g.tag for g in wanted)}; no extra plugin"
+                + ("" if table_plugins else f" (`strata-kernels build --targets {sel.target.name}` builds that one)"))
+        else:
+            out.append(extra)
+    return out
+
+
 def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir: Path | None = None,
           with_loader: bool = False, loader_dir: Path | None = None, jobs: int | None = None,
+          geometries: "str | tuple[Geometry, ...] | None" = None, table_plugins: bool = True,
           log: Log = print) -> BuildResult:
-    """Build the plugins of ``spec`` (``STRATA_TARGETS``, default ``native``) and install them."""
+    """Build the plugins of ``spec`` (``STRATA_TARGETS``, default ``native``) and install them. ``geometries``
+    (``"128x4,128x8"``): also a plugin per target with those of them its table lacks; ``table_plugins=False``
+    builds only those (`strata-kernels build --geometries`)."""
     t0 = time.monotonic()
+    if isinstance(geometries, str):
+        geometries = parse_geometries(geometries)     # a bad geometry is refused before anything is probed
     spec = spec or os.environ.get("STRATA_TARGETS") or "native"
     explicit = _is_explicit(spec)
     native = None
@@ -185,6 +212,7 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         for note in notes:
             log(f"strata-kernels: {note}")
     selections = parse_target_list(spec, all_targets(), native=native)
+    selections = with_geometries(selections, geometries, table_plugins=table_plugins, log=log)
     build_dir = Path(build_dir or default_build_dir()).resolve()
     install_dir = Path(install_dir or default_install_dir()).resolve()
 
@@ -199,7 +227,7 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
             log(f"strata-kernels: skipping {sel.target.name}: {tc.reason}")
             continue
         chosen.append(sel)
-        tcs[sel.target.name] = tc
+        tcs[sel.plugin] = tc
     if not chosen and not with_loader:
         log("strata-kernels: nothing to build")
         result.seconds = time.monotonic() - t0
@@ -208,12 +236,12 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
     loader = loader_config() if with_loader else None
     gen_dir, cmake_dir = build_dir / "gen", build_dir / "cmake"
     key_file = build_dir / "key.json"
-    hip = {s.target.name: codegen.hip_cmake_info(s.target) for s in chosen if s.target.backend.name == "hip"}
+    hip = {s.plugin: codegen.hip_cmake_info(s.target) for s in chosen if s.target.backend.name == "hip"}
     isa_targets = {n for n, h in hip.items() if h["mode"] == "isa"}
-    sycl = {s.target.name: codegen.sycl_cmake_info(s.target) for s in chosen if s.target.backend.name == "sycl"}
+    sycl = {s.plugin: codegen.sycl_cmake_info(s.target) for s in chosen if s.target.backend.name == "sycl"}
     check_targets = {n for n, i in sycl.items() if i["mode"] == "check"}
-    outputs = {s.target.name: cmake_dir / "plugins" / f"libstrata_{s.target.name}.so" for s in chosen
-               if s.target.name not in isa_targets | check_targets}
+    outputs = {s.plugin: cmake_dir / "plugins" / f"libstrata_{s.plugin}.so" for s in chosen
+               if s.plugin not in isa_targets | check_targets}
     key = _key(chosen, tcs, {"loader": loader, "hip": hip, "sycl": sycl}, codegen.templates_dir())
 
     stale = not (key_file.is_file() and key_file.read_text() == key and all(p.is_file() for p in outputs.values())
@@ -226,8 +254,8 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         result.up_to_date = True
     else:
         log(f"strata-kernels: building {names} in {build_dir}")
-        rendered = [codegen.render_target(s, gen_dir, toolchain=tcs[s.target.name].as_dict(),
-                                          flags=_target_flags(s, tcs[s.target.name]))
+        rendered = [codegen.render_target(s, gen_dir, toolchain=tcs[s.plugin].as_dict(),
+                                          flags=_target_flags(s, tcs[s.plugin]))
                     for s in chosen]
         codegen.copy_abi_header(gen_dir)
         codegen.render_cmake(rendered, gen_dir, loader=loader, hip=hip, sycl=sycl)

@@ -33,7 +33,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print("  none installed")
     for p in plugins:
         m = p.manifest or {}
-        what = f"{m.get('target')} ({m.get('backend')}; variants {', '.join(m.get('variants', []))})" if m else p.error
+        geoms = ", ".join(f"{hd}x{g}" for hd, g in resolve.plugin_geometries(p))
+        what = (f"{m.get('target')} ({m.get('backend')}; variants {', '.join(m.get('variants', []))}; geometries "
+                f"{geoms})" if m else p.error)
         print(f"  {p.path}  [{p.source}]  {what}")
     print("builds:")
     records = [("pip install", targets.package_root() / build.RECORD),
@@ -73,10 +75,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from . import codegen, targets
+    from . import build, codegen, targets
     sels = []
     for spec in args.target:
         sels.extend(targets.parse_target_list(spec, native=["cpu"]))
+    sels = build.with_geometries(sels, args.geometries, table_plugins=not args.geometries)
     out = Path(args.out)
     t0 = time.monotonic()
     rendered = codegen.generate(sels, out)
@@ -89,7 +92,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     from . import build
     res = build.build(args.targets, build_dir=Path(args.build_dir) if args.build_dir else None,
-                      install_dir=Path(args.out) if args.out else None, jobs=args.jobs)
+                      install_dir=Path(args.out) if args.out else None, jobs=args.jobs,
+                      geometries=args.geometries, table_plugins=not args.geometries)
     isa = f", {len(res.isa_only)} to ISA only" if res.isa_only else ""
     isa += f", {len(res.checked_only)} checked against headers only" if res.checked_only else ""
     print(f"built {len(res.built)} plugin(s){isa}, skipped {len(res.skipped)} in {res.seconds:.1f} s"
@@ -143,6 +147,11 @@ def _cmd_wheel(args: argparse.Namespace) -> int:
     return 0
 
 
+_GEOMETRIES_HELP = ("(head_dim, G) pairs the targets' tables lack, e.g. '128x4,128x8': one more plugin per target with "
+                     "just those (libstrata_<target>-128x4-128x8.so), beside the table's plugin, which the resolver "
+                     "still uses for its own geometries; head_dim 64, 128, 192 or 256, G 1..16")
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="strata-kernels", description="QSA attention kernels: build, inspect, verify.")
     p.add_argument("--version", action="version", version=f"strata-kernels {__version__}")
@@ -160,6 +169,7 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", action="append", required=True, metavar="T",
                    help="target(s): 'sm_90', 'cpu;gfx1100', 'all' (repeatable)")
     s.add_argument("--out", required=True, help="output directory")
+    s.add_argument("--geometries", default=None, metavar="HDxG,...", help=_GEOMETRIES_HELP)
     s.set_defaults(func=_cmd_generate)
 
     s = sub.add_parser("build", help="compile plugins (one CMake configure, one Ninja run)")
@@ -170,6 +180,7 @@ def make_parser() -> argparse.ArgumentParser:
                                                "which the resolver searches; see `strata-kernels info`)")
     s.add_argument("--build-dir", default=None, help="build directory (default: ~/.cache/strata-kernels/...)")
     s.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: $MAX_JOBS or all cores)")
+    s.add_argument("--geometries", default=None, metavar="HDxG,...", help=_GEOMETRIES_HELP)
     s.set_defaults(func=_cmd_build)
 
     s = sub.add_parser("clean", help="remove the plugins `build` made and the build cache (run before pip uninstall)")

@@ -32,10 +32,11 @@ class RenderedTarget:
     sources: list[Path]
     manifest: dict
     flags: list[str] = field(default_factory=list)
+    plugin: str = ""             # libstrata_<plugin>.so: the target's name, or with extra geometries theirs too
 
     @property
     def name(self) -> str:
-        return self.target.name
+        return self.plugin or self.target.name
 
 
 def environment(root: Path | None = None) -> jinja2.Environment:
@@ -125,8 +126,10 @@ def build_manifest(target: Target, ptx: bool, toolchain: dict, flags: list[str],
 
 def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | None = None,
                   flags: list[str] | None = None, root: Path | None = None) -> RenderedTarget:
-    """Render ``gen_dir/<target>/``: one source per (variant, geometry), the plugin entry and manifest.json."""
-    target, ptx = (sel.target, sel.ptx) if isinstance(sel, Selection) else (sel, sel.ptx)
+    """Render ``gen_dir/<plugin>/``: one source per (variant, geometry), the plugin entry and manifest.json."""
+    if not isinstance(sel, Selection):
+        sel = Selection(sel, sel.ptx)
+    target, ptx = sel.target, sel.ptx
     root = root or templates_dir()
     env = environment(root)
     toolchain = toolchain or {"name": target.backend.toolchain, "version": None}
@@ -134,7 +137,7 @@ def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | N
     thash = template_hash(target, root)
     manifest = build_manifest(target, ptx, toolchain, flags, thash)
     ext = target.backend.source_ext
-    out = gen_dir / target.name
+    out = gen_dir / sel.plugin
     base_ctx = {**target.context(), "ptx": ptx, "cmt": _COMMENT.get(ext, "//"), "host_arch": platform.machine(),
                 "package_version": __version__}
     wanted: list[Path] = []
@@ -165,7 +168,7 @@ def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | N
     for p in out.iterdir():
         if p.is_file() and p not in keep:
             p.unlink()
-    return RenderedTarget(target, ptx, out, [p for p in wanted], manifest, flags)
+    return RenderedTarget(target, ptx, out, [p for p in wanted], manifest, flags, sel.plugin)
 
 
 def copy_abi_header(gen_dir: Path) -> Path:
@@ -184,10 +187,10 @@ def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict 
     for r in rendered:
         t = r.target
         targets.append({
-            "name": t.name, "backend": t.backend.name, "arch": t.arch, "ptx": r.ptx,
+            "name": r.name, "backend": t.backend.name, "arch": t.arch, "ptx": r.ptx,
             "sources": [p.relative_to(gen_dir).as_posix() for p in r.sources],
-            "flags": r.flags, "cflags": list(t.cflags), "hip": (hip or {}).get(t.name),
-            "sycl": (sycl or {}).get(t.name),
+            "flags": r.flags, "cflags": list(t.cflags), "hip": (hip or {}).get(r.name),
+            "sycl": (sycl or {}).get(r.name),
         })
     ctx = {
         "template_name": "cmake/CMakeLists.txt.j2", "target": "all", "cmt": "#",

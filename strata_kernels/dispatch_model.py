@@ -33,7 +33,7 @@ SMEM_OPTIN_KB = {80: 163, 86: 99, 87: 163, 89: 99, 90: 227, 100: 227, 103: 227, 
 
 def grouped_smem_bytes(head_dim: int = 256) -> int:
     """Shared memory per block of the grouped kernel (the bound that cuda/dispatch.inc.j2 checks)."""
-    return 768 * head_dim + 28672
+    return 656 * head_dim + 53504
 
 
 def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str]) -> tuple[str, str]:

@@ -24,3 +24,12 @@ class BuildError(StrataError):
 
 class PluginError(StrataError):
     """A plugin file could not be loaded (ABI version, manifest, dlopen)."""
+
+
+class GeometryMissing(StrataError, ValueError):
+    """No installed plugin for the device carries the call's (head_dim, G); the message names the command that
+    builds one. ``available``: the (head_dim, G) pairs the device's plugins do carry."""
+
+    def __init__(self, message: str, available: "list[tuple[int, int]] | None" = None):
+        super().__init__(message)
+        self.available = list(available or [])

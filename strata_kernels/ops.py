@@ -164,7 +164,7 @@ import os as _os
 import sys as _sys
 from typing import NamedTuple
 
-from .errors import StrataError
+from .errors import GeometryMissing, StrataError
 
 _OP_PROMPT, _OP_DECODE = 0, 1
 _INT64_MAX = 2**63 - 1
@@ -179,14 +179,14 @@ class Which(NamedTuple):
     reason: str
 
 
-def _plugin(dev: tuple[str, int]):
+def _plugin(dev: tuple[str, int], geometry: tuple[int, int] | None = None):
     from .resolve import plugin_for
-    return plugin_for(dev[0], dev[1])
+    return plugin_for(dev[0], dev[1], geometry)
 
 
-def plugin_variants(device: tuple[str, int] = ("cpu", 0)) -> list[str]:
-    """The variants compiled into the plugin that serves ``device`` (dispatched and test-only)."""
-    return list(_json.loads(_plugin(device).manifest)["variants"])
+def plugin_variants(device: tuple[str, int] = ("cpu", 0), geometry: tuple[int, int] | None = None) -> list[str]:
+    """The variants compiled into the plugin that serves ``device`` (for ``geometry`` (head_dim, G) when given)."""
+    return list(_json.loads(_plugin(device, geometry).manifest)["variants"])
 
 
 def plugin_manifest(device: tuple[str, int] = ("cpu", 0)) -> dict:
@@ -357,8 +357,7 @@ def _call_arrays(op: int, q, kv, ids, width, variant, out, stream):
         return out
     if variant == "fp64":
         return _fp64(c, out)
-    plugin = _plugin(c.device)
-    _check_geometry(plugin, c)
+    plugin = _plugin_for_call(c)
     from . import _loader
     bad = _framework_alloc(q, (2,), "int64", _INT64_MAX)
     scratch = None
@@ -422,15 +421,16 @@ def _needs_scratch(plugin, op: int, variant: str | None, c: _Call) -> bool:
     return variant.startswith("fp32") or variant == "split"
 
 
-def _check_geometry(plugin, c: _Call) -> None:
-    """(head_dim, G) must be instantiated in the plugin (docs/operation.md: no fallback exists for others)."""
-    m = _manifest(plugin)
-    geoms = [(g["head_dim"], g["group"]) for g in m["geometries"]]
-    if (c.kv.head_dim, c.group) not in geoms:
-        fits = [g * c.kv.n_head_kv for hd, g in geoms if hd == c.kv.head_dim]
-        hint = f"; expected n_head in {fits} for n_head_kv {c.kv.n_head_kv}" if fits else ""
-        raise ValueError(f"q: n_head {c.n_head} with n_head_kv {c.kv.n_head_kv} gives G = {c.group} at head_dim "
-                         f"{c.kv.head_dim}, but the {m['target']} plugin is built for (head_dim, G) in {geoms}{hint}")
+def _plugin_for_call(c: _Call):
+    """The plugin for the call's device and (head_dim, G): a geometry must be instantiated in some installed plugin
+    (docs/operation.md: no fallback exists for others); the error names the command that builds it."""
+    try:
+        return _plugin(c.kv.device, (c.kv.head_dim, c.group))
+    except GeometryMissing as e:
+        fits = [g * c.kv.n_head_kv for hd, g in e.available if hd == c.kv.head_dim]
+        hint = f" (n_head in {fits} would fit n_head_kv {c.kv.n_head_kv})" if fits else ""
+        raise GeometryMissing(f"q: n_head {c.n_head} with n_head_kv {c.kv.n_head_kv} gives G = {c.group} at head_dim "
+                              f"{c.kv.head_dim}{hint}, but {e}", e.available) from None
 
 
 def _fp64(c: _Call, out: Any) -> Any:
@@ -468,7 +468,7 @@ def which(q: Any, kv: KVCache, ids: Any, width: Any, *, path: str = "prompt", va
     c = _check_call(q, kv, ids, width, _OP_PROMPT if path == "prompt" else _OP_DECODE)
     if variant == "fp64":
         return Which("fp64", "forced: the FP64 oracle on the host")
-    plugin = _plugin(c.device)
+    plugin = _plugin_for_call(c)
     from . import _loader
     st, name, why = plugin.which(_OP_PROMPT if path == "prompt" else _OP_DECODE, variant, kv.format_code, c.q,
                                  c.ids, c.width, c.width_stride, kv.page_table, kv.n_head_kv, kv.head_dim,

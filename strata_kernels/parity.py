@@ -22,6 +22,8 @@ from . import _arrays as A
 from .ops import FORMATS
 from .targets import KNOWN_VARIANTS as _TABLE_VARIANTS
 from .targets import VARIANT_RULES
+from .errors import GeometryMissing
+from .geometry import why_not as geometry_why_not
 
 # ---------------------------------------------------------------------------------------------------------------
 # Variant facts (docs/variants.md)
@@ -422,7 +424,7 @@ def run_cases(cases: Sequence[CaseSpec], *, device: tuple[str, int] = ("cpu", 0)
 
     api = api or _default_api()
     emit = emit or (lambda s: print(s, flush=True))
-    in_plugin = list(api.plugin_variants(device))
+    in_plugin = list(api.plugin_variants(device, (head_dim, group)))
     plans = [(spec, *plan_variants(spec, in_plugin, variants, device)) for spec in cases]
     timer = make_timer(device, reps)
     on_cpu = device[0] == "cpu"
@@ -710,8 +712,9 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
         if unknown:
             raise ValueError(f"--variant: unknown variant {', '.join(unknown)}; expected some of "
                              f"{', '.join(v for v in KNOWN_VARIANTS if v != 'fp64')}")
-        if args.head_dim % 64 or not 64 <= args.head_dim <= 256 or not 1 <= args.group <= 16 or args.n_head_kv < 1:
-            raise ValueError("geometry: --head-dim must be 64, 128, 192 or 256, --group 1..16, --n-head-kv >= 1")
+        bad = geometry_why_not(args.head_dim, args.group)
+        if bad or args.n_head_kv < 1:
+            raise ValueError(f"geometry: {bad or f'--n-head-kv must be >= 1, got {args.n_head_kv}'}")
     except ValueError as exc:
         return _usage(str(exc))
 
@@ -720,7 +723,9 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
     in_plugin: list[str] = []
     if why is None:
         try:
-            in_plugin = list(api.plugin_variants(device))
+            in_plugin = list(api.plugin_variants(device, (args.head_dim, args.group)))
+        except GeometryMissing as exc:  # a plugin serves the device, none has this geometry: say how to build it
+            return _usage(str(exc))
         except Exception as exc:  # noqa: BLE001 - no plugin for this device: the test does not apply
             why = f"no plugin serves {device[0]}:{device[1]} ({type(exc).__name__}: {exc})"
     if why is not None:

@@ -250,12 +250,11 @@ class Plan:
         self.kv, self.op, self.max_queries, self.cap, self.variant = kv, op, max_queries, cap, variant
         self.head_dim = kv.head_dim
         self.device = kv.device
-        self.plugin = _ops._plugin(self.device)
-        self.n_head = n_head if n_head is not None else self._n_head_from_manifest()
+        self.n_head = n_head if n_head is not None else self._n_head_from_plugins()
         self.group = self.n_head // kv.n_head_kv
         if self.group * kv.n_head_kv != self.n_head:
             raise ValueError(f"n_head: expected a multiple of n_head_kv {kv.n_head_kv}, got {self.n_head}")
-        _ops._check_geometry(self.plugin, _Shape(self.n_head, self.group, kv))
+        self.plugin = _ops._plugin_for_call(_Shape(self.n_head, self.group, kv))
         self.mode = check_mode()
         self.on_host = self.device[0] == "cpu"
         self._dev_index = -1 if self.on_host else self.device[1]
@@ -281,11 +280,12 @@ class Plan:
             self._set_workspace(workspace)
 
     # -- resolution ---------------------------------------------------------------------------------------------
-    def _n_head_from_manifest(self) -> int:
-        groups = sorted({g["group"] for g in _ops._manifest(self.plugin)["geometries"]
-                         if g["head_dim"] == self.kv.head_dim})
+    def _n_head_from_plugins(self) -> int:
+        from .resolve import device_geometries, resolution_for
+        _ops._plugin(self.device)       # no plugin at all for the device: the resolver's trace says why
+        groups = sorted({g for hd, g in device_geometries(resolution_for(*self.device)) if hd == self.kv.head_dim})
         if len(groups) != 1:
-            raise ValueError(f"n_head: the {self.device[0]} plugin has G in {groups} for head_dim "
+            raise ValueError(f"n_head: the {self.device[0]} plugins have G in {groups} for head_dim "
                              f"{self.kv.head_dim}; pass n_head= to sk.plan")
         return groups[0] * self.kv.n_head_kv
 
@@ -511,7 +511,7 @@ class Plan:
 
 
 class _Shape:
-    """The three facts _ops._check_geometry reads from a call."""
+    """The three facts _ops._plugin_for_call reads from a call."""
 
     def __init__(self, n_head: int, group: int, kv: Any):
         self.n_head, self.group, self.kv = n_head, group, kv

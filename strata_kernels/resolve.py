@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import PluginError, Unsupported
+from .errors import GeometryMissing, PluginError, Unsupported
 from .paths import user_plugin_dir
 from .abi import ABI_VERSION, MANIFEST_BEGIN, MANIFEST_END  # noqa: F401 (re-exported)
 
@@ -766,9 +766,10 @@ def _resolve_one(device: Device, plugins: list[PluginFile], forced: str | None) 
     if forced and forced_backend is None:
         notes.append(f"{ENV_TARGET}={forced} names no installed plugin and no known target; it is ignored")
     if forced and forced_backend == device.kind:
-        pick = next((c for c in cands if c.plugin.backend == device.kind and c.plugin.target == forced
-                     and c.plugin.manifest.get("abi_version") == ABI_VERSION), None)
-        if pick is None:
+        # Every plugin of the forced target stays eligible: the table's and those of extra geometries.
+        picks = [c for c in cands if c.plugin.backend == device.kind and c.plugin.target == forced
+                 and c.plugin.manifest.get("abi_version") == ABI_VERSION]
+        if not picks:
             available = sorted({p.target for p in plugins if p.backend == device.kind and not p.error})
             notes.append(f"{ENV_TARGET}={forced} names no installed plugin usable here; installed {device.kind} "
                          f"targets: {', '.join(available) or 'none'}. Unset {ENV_TARGET} or pick one of these")
@@ -776,16 +777,16 @@ def _resolve_one(device: Device, plugins: list[PluginFile], forced: str | None) 
                 if c.accepted:
                     c.accepted, c.reason = False, f"not the target forced by {ENV_TARGET}={forced} ({c.reason})"
             return Resolution(device, None, cands, notes)
+        forced_ids = {id(c) for c in picks}
         for c in cands:
-            if c is pick:
+            if id(c) in forced_ids:
                 rules = "the rules would accept it too" if c.accepted else f"the rules would reject it: {c.reason}"
                 c.accepted, c.forced = True, True
                 c.reason = f"forced by {ENV_TARGET}={forced} ({rules})"
             elif c.accepted:
                 c.accepted, c.reason = False, f"not the target forced by {ENV_TARGET}={forced} ({c.reason})"
-        cands.remove(pick)
-        cands.insert(0, pick)
-        return Resolution(device, pick, cands, notes)
+        cands = picks + [c for c in cands if id(c) not in forced_ids]
+        return Resolution(device, picks[0], cands, notes)
     chosen = next((c for c in cands if c.accepted), None)
     return Resolution(device, chosen, cands, notes)
 
@@ -951,6 +952,16 @@ def _trace_device(res: Resolution, targets=None) -> list[str]:
         how = f" by {res.chosen.how}" if res.chosen.how else ""
         lines.append(f"  => chosen: {res.chosen.plugin.target}{how} ({res.chosen.plugin.path})")
         lines.append(f"     variants: {_variant_line(dev, res.chosen.plugin.manifest)}")
+        served = geometry_plugins(res)
+        if any(c is not res.chosen for c in served.values()):
+            by = {}
+            for geom, c in served.items():
+                by.setdefault(id(c), (c, []))[1].append(geom)
+            lines.append("     geometries (head_dim x G): " + "; ".join(
+                f"{_tags(gs)} by {c.plugin.path.name} [{c.plugin.origin}]" for c, gs in by.values()))
+        else:
+            lines.append(f"     geometries (head_dim x G): {_tags(served)}; others: `strata-kernels build "
+                         f"--targets {res.chosen.plugin.target} --geometries HDxG`")
     else:
         lines.append("  => no plugin chosen")
         if not res.notes:
@@ -1010,6 +1021,7 @@ def explain(simulate: str | None = None, *, devices: list[Device] | None = None,
         tc = m.get("toolchain") or {}
         out.append(f"  {p.target:<10} {m.get('backend'):<5} {code:<24} {tc.get('name') or ''} "
                    f"{tc.get('version') or ''}  [{p.source}] {p.path}")
+        out.append(f"  {'':<10} geometries (head_dim x G): {_tags(plugin_geometries(p))}")
     out += [f"  - {n}" for n in disc_notes]
     for res in resolve(devices, plugins):
         out.append("")
@@ -1022,7 +1034,8 @@ _simulate_devices = simulate
 
 # ------------------------------------------------------------------------------------------- loading
 
-_loaded: dict[tuple[str, int], object] = {}
+_loaded: dict[tuple, object] = {}                 # (kind, index, geometry or None) -> the loaded plugin
+_libs: dict[str, object] = {}                     # plugin path -> the loaded plugin (one dlopen per file)
 _resolutions: dict[tuple[str, int], Resolution] = {}
 
 
@@ -1040,10 +1053,65 @@ def resolution_for(kind: str, index: int = 0) -> Resolution:
     return _resolutions[key]
 
 
-def plugin_for(kind: str, index: int = 0) -> object:
-    """Load the plugin chosen for device (kind, index); cached. Raises Unsupported with the full trace when no
-    plugin fits, PluginError when none of the accepted ones loads."""
-    key = (kind, index)
+# ------------------------------------------------------------------------------------------- geometries
+
+def plugin_geometries(plugin: PluginFile) -> list[tuple[int, int]]:
+    """The (head_dim, G) pairs a plugin is built for (its manifest's geometries)."""
+    out = []
+    for g in (plugin.manifest or {}).get("geometries") or []:
+        if isinstance(g, dict) and isinstance(g.get("head_dim"), int) and isinstance(g.get("group"), int):
+            out.append((g["head_dim"], g["group"]))
+    return out
+
+
+def device_geometries(res: Resolution) -> list[tuple[int, int]]:
+    """Every (head_dim, G) some accepted plugin for the device carries, sorted."""
+    return sorted({g for c in res.candidates if c.accepted for g in plugin_geometries(c.plugin)})
+
+
+def geometry_plugins(res: Resolution) -> dict[tuple[int, int], Candidate]:
+    """(head_dim, G) -> the plugin that serves it on the device: the best accepted plugin that carries it, so a
+    plugin of extra geometries (`strata-kernels build --geometries`) serves those, and the table's plugin its own."""
+    out: dict[tuple[int, int], Candidate] = {}
+    for c in res.candidates:
+        if c.accepted:
+            for g in plugin_geometries(c.plugin):
+                out.setdefault(g, c)
+    return dict(sorted(out.items()))
+
+
+def _tags(geoms) -> str:
+    return ", ".join(f"{hd}x{g}" for hd, g in geoms) or "none"
+
+
+def missing_geometry(res: Resolution, geometry: tuple[int, int]) -> GeometryMissing:
+    """The error for a call whose (head_dim, G) no accepted plugin carries: what the plugins carry, and the command
+    that builds the missing one."""
+    from .geometry import why_not
+    hd, g = geometry
+    have = [f"{c.plugin.target} [{c.plugin.origin}] is built for {_tags(plugin_geometries(c.plugin))}"
+            for c in res.candidates if c.accepted]
+    listing = "; ".join(have) or "none is installed"
+    bad = why_not(hd, g)
+    if bad:
+        return GeometryMissing(f"no strata-kernels plugin can be built for (head_dim {hd}, G {g}): {bad} "
+                               f"(the plugins for {res.device.describe()}: {listing})", device_geometries(res))
+    target = res.chosen.plugin.target if res.chosen else res.device.arch
+    command = f"strata-kernels build --targets {target} --geometries {hd}x{g}"
+    return GeometryMissing(
+        f"no installed plugin for {res.device.describe()} is built for (head_dim {hd}, G {g}) ({listing}). Build "
+        f"one with `{command}`: it compiles the kernels for that geometry into the per-user plugin directory, which "
+        f"the resolver searches beside the installed plugins (it needs the target's toolchain here; "
+        f"docs/building.md)", device_geometries(res))
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+def plugin_for(kind: str, index: int = 0, geometry: tuple[int, int] | None = None) -> object:
+    """Load the plugin chosen for device (kind, index) and, given ``geometry`` (head_dim, G), the best accepted
+    plugin that carries it; cached. Raises Unsupported with the full trace when no plugin fits, GeometryMissing
+    (a ValueError naming the build command) when none carries the geometry, PluginError when none loads."""
+    key = (kind, index, geometry)
     if key in _loaded:
         return _loaded[key]
     res = resolution_for(kind, index)
@@ -1053,23 +1121,31 @@ def plugin_for(kind: str, index: int = 0) -> object:
                           f"Overrides: {ENV_TARGET}=<target> forces an installed plugin; {ENV_PLUGIN_PATH} adds "
                           f"plugin directories; `strata-kernels explain` shows this trace.")
     from . import _loader
-    tries = [res.chosen] + ([] if res.chosen.forced else [c for c in res.candidates
-                                                          if c.accepted and c is not res.chosen])
+    tries = [res.chosen] + [c for c in res.candidates if c.accepted and c is not res.chosen]
+    if geometry is not None:
+        tries = [c for c in tries if tuple(geometry) in plugin_geometries(c.plugin)]
+        if not tries:
+            raise missing_geometry(res, tuple(geometry))
     failures = []
     for c in tries:
-        try:
-            lib = _loader.load(str(c.plugin.path))
-        except Exception as e:  # noqa: BLE001 - dlopen/ABI failures become one PluginError below
-            failures.append(f"{c.plugin.path}: {e}")
-            res.notes.append(f"loading {c.plugin.target} failed: {e}")
-            continue
-        abi = getattr(lib, "abi_version", ABI_VERSION)
-        if abi != ABI_VERSION:
-            failures.append(f"{c.plugin.path}: loaded, but it speaks ABI {abi}, not {ABI_VERSION}")
-            continue
-        if c is not res.chosen:
+        path = str(c.plugin.path)
+        lib = _libs.get(path)
+        if lib is None:
+            try:
+                lib = _loader.load(path)
+            except Exception as e:  # noqa: BLE001 - dlopen/ABI failures become one PluginError below
+                failures.append(f"{c.plugin.path}: {e}")
+                res.notes.append(f"loading {c.plugin.target} failed: {e}")
+                continue
+            abi = getattr(lib, "abi_version", ABI_VERSION)
+            if abi != ABI_VERSION:
+                failures.append(f"{c.plugin.path}: loaded, but it speaks ABI {abi}, not {ABI_VERSION}")
+                continue
+            _libs[path] = lib
+        if failures:
             res.notes.append(f"fell back to {c.plugin.target} after the better plugin(s) failed to load")
-            res.chosen = c
+            if geometry is None:
+                res.chosen = c
         _loaded[key] = lib
         return lib
     raise PluginError(f"no accepted plugin for {res.device.describe()} could be loaded: " + "; ".join(failures))
@@ -1080,4 +1156,5 @@ def clear_cache() -> None:
     _probe.cache_clear()
     _read_manifest_cached.cache_clear()
     _loaded.clear()
+    _libs.clear()
     _resolutions.clear()

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from .errors import TargetError
+from .geometry import Geometry, why_not as geometry_why_not
 
 # Every variant name the project knows (docs/operation.md). A table may only list names that a template provides.
 KNOWN_VARIANTS = (
@@ -55,15 +56,6 @@ _TARGET_KEYS = {
 }
 _REQUIRED_TARGET_KEYS = {"families", "features", "variants"}
 _GPU_BACKENDS = {"cuda", "hip"}
-
-
-@dataclass(frozen=True)
-class Geometry:
-    head_dim: int
-    group: int
-
-    def __str__(self) -> str:
-        return f"HD{self.head_dim}_G{self.group}"
 
 
 @dataclass(frozen=True)
@@ -116,13 +108,32 @@ class Target:
 
 @dataclass(frozen=True)
 class Selection:
-    """One entry of a parsed target list: a target and whether it should also carry PTX."""
+    """One entry of a parsed target list: a target and whether it should also carry PTX. ``extra``: a plugin of
+    geometries beyond its table's (``target.geometries`` then holds only those; `strata-kernels build --geometries`)."""
     target: Target
     ptx: bool
+    extra: bool = False
 
     @property
     def name(self) -> str:
-        return self.target.name + ("+PTX" if self.ptx and not self.target.ptx else "")
+        return self.plugin + ("+PTX" if self.ptx and not self.target.ptx else "")
+
+    @property
+    def plugin(self) -> str:
+        """The plugin's name, ``libstrata_<plugin>.so``: the target's, and for extra geometries the target's plus
+        theirs (``sm_90-128x4``; '-' never occurs in a target name), so it sits beside the table's plugin."""
+        if not self.extra:
+            return self.target.name
+        return "-".join([self.target.name] + [g.tag for g in self.target.geometries])
+
+
+def extra_geometries(sel: Selection, wanted: "tuple[Geometry, ...]") -> Selection | None:
+    """The selection of ``wanted``'s geometries that ``sel``'s table does not already build, or None when it has
+    them all."""
+    missing = tuple(g for g in wanted if g not in sel.target.geometries)
+    if not missing:
+        return None
+    return Selection(replace(sel.target, geometries=missing), sel.ptx, extra=True)
 
 
 def package_root() -> Path:
@@ -167,12 +178,10 @@ def _geometries(table: Path, where: str, value) -> tuple[Geometry, ...]:
     for g in value:
         if not isinstance(g, dict) or set(g) != {"head_dim", "group"}:
             raise _fail(table, where, f"each geometry needs exactly head_dim and group, got {g!r}")
-        hd, grp = g["head_dim"], g["group"]
-        if not (isinstance(hd, int) and hd % 64 == 0 and 64 <= hd <= 256):
-            raise _fail(table, where, f"head_dim must be 64, 128, 192 or 256, got {hd!r}")
-        if not (isinstance(grp, int) and 1 <= grp <= 16):
-            raise _fail(table, where, f"group must be an integer in 1..16, got {grp!r}")
-        out.append(Geometry(hd, grp))
+        bad = geometry_why_not(g["head_dim"], g["group"])
+        if bad:
+            raise _fail(table, where, bad)
+        out.append(Geometry(g["head_dim"], g["group"]))
     if len(set(out)) != len(out):
         raise _fail(table, where, "duplicate geometry")
     return tuple(out)

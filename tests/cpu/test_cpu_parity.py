@@ -92,7 +92,7 @@ def test_any_number_of_kv_heads(sk, n_head_kv):
     _check(sk, testing.make_case("int8", 1200, 6, n_head_kv=n_head_kv))
 
 
-@pytest.mark.parametrize("head_dim, group", [(128, 8), (64, 1)])
+@pytest.mark.parametrize("head_dim, group", [(128, 8), (128, 4), (64, 1)])
 def test_other_instantiated_geometries(sk, head_dim, group):
     _check(sk, testing.make_case("q4_0", 900, 6, head_dim=head_dim, group=group))
     _check(sk, testing.make_case("int8", 900, 6, head_dim=head_dim, group=group))

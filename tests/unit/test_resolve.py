@@ -81,6 +81,7 @@ def isolated(monkeypatch, tmp_path):
     empty = tmp_path / "empty_package_plugins"
     empty.mkdir()
     monkeypatch.setattr(resolve, "_package_plugin_dir", lambda: empty)
+    monkeypatch.setattr(resolve, "user_plugin_dir", lambda: empty)   # `strata-kernels build` output stays out too
     monkeypatch.setattr(resolve, "_entry_points", lambda: [])
     for var in (resolve.ENV_PLUGIN_PATH, resolve.ENV_TARGET, resolve.ENV_SIMULATE_DRIVER):
         monkeypatch.delenv(var, raising=False)
@@ -818,3 +819,53 @@ def test_every_nvidia_arch_from_the_familys_oldest_on_gets_a_plugin(tmp_path, ta
         assert res.chosen is not None, "\n".join(resolve._trace_device(res, tables))
         if res.device.cc[0] > sass[-1][0]:
             assert res.chosen.how.startswith("PTX JIT"), res.chosen.reason
+
+
+# ------------------------------------------------------------------------------ geometries per plugin
+
+def _package_and_user(tmp_path, monkeypatch, target="sm_90"):
+    """The table's plugin in the package (256x12) and one of extra geometries (128x4, 128x8) in the per-user
+    directory, as `strata-kernels build --targets sm_90 --geometries 128x4,128x8` leaves it."""
+    pkg, user = tmp_path / "pkg", tmp_path / "user"
+    write_plugin(pkg, target)
+    extra = manifest_for(target, geometries=[{"head_dim": 128, "group": 4}, {"head_dim": 128, "group": 8}])
+    write_plugin(user, target, extra, name=f"libstrata_{target}-128x4-128x8.so")
+    monkeypatch.setattr(resolve, "_package_plugin_dir", lambda: pkg)
+    monkeypatch.setattr(resolve, "user_plugin_dir", lambda: user)
+    monkeypatch.setattr(resolve, "probe_devices", lambda: resolve.simulate(f"cpu,{target}"))
+
+
+def test_each_geometry_gets_the_plugin_that_carries_it(tmp_path, monkeypatch, fake_loader):
+    _package_and_user(tmp_path, monkeypatch)
+    assert Path(resolve.plugin_for("cuda", 0, (128, 4)).path).name == "libstrata_sm_90-128x4-128x8.so"
+    assert Path(resolve.plugin_for("cuda", 0, (256, 12)).path).name == "libstrata_sm_90.so"
+    assert Path(resolve.plugin_for("cuda", 0).path).name == "libstrata_sm_90.so"   # the device's choice
+    resolve.plugin_for("cuda", 0, (128, 8))
+    assert len(fake_loader.calls) == 2, "one dlopen per plugin file"
+    res = resolve.resolution_for("cuda")
+    assert resolve.device_geometries(res) == [(128, 4), (128, 8), (256, 12)]
+
+
+def test_a_missing_geometry_names_the_command_that_builds_it(tmp_path, monkeypatch, fake_loader):
+    _package_and_user(tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match=r"`strata-kernels build --targets sm_90 --geometries 64x2`") as e:
+        resolve.plugin_for("cuda", 0, (64, 2))
+    assert "sm_90 [package] is built for 256x12" in str(e.value) and "128x4, 128x8" in str(e.value)
+    assert sorted(e.value.available) == [(128, 4), (128, 8), (256, 12)]
+    with pytest.raises(ValueError, match="no strata-kernels plugin can be built for .head_dim 128, G 20.: G 20"):
+        resolve.plugin_for("cuda", 0, (128, 20))
+
+
+def test_forcing_a_target_keeps_all_its_plugins(tmp_path, monkeypatch, fake_loader):
+    _package_and_user(tmp_path, monkeypatch)
+    monkeypatch.setenv(resolve.ENV_TARGET, "sm_90")
+    assert Path(resolve.plugin_for("cuda", 0, (128, 8)).path).name == "libstrata_sm_90-128x4-128x8.so"
+    assert Path(resolve.plugin_for("cuda", 0, (256, 12)).path).name == "libstrata_sm_90.so"
+
+
+def test_explain_lists_each_plugins_geometries_and_who_serves_which(tmp_path, monkeypatch):
+    _package_and_user(tmp_path, monkeypatch)
+    text = resolve.explain(simulate="sm_90")
+    assert "geometries (head_dim x G): 256x12\n" in text and "geometries (head_dim x G): 128x4, 128x8\n" in text
+    assert ("128x4, 128x8 by libstrata_sm_90-128x4-128x8.so [user]; 256x12 by libstrata_sm_90.so [package]"
+            in text), text

@@ -1,0 +1,94 @@
+"""Geometries on demand (no compiler): which (head_dim, G) the kernels allow, the extra-geometry plugin that
+`strata-kernels build --geometries` renders beside a target's table plugin, and the refusal of what the kernels do
+not take."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from strata_kernels import build, cli, codegen, dispatch_model, geometry, targets
+from strata_kernels.geometry import Geometry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def table():
+    return targets.all_targets()
+
+
+def test_parse_reads_pairs_in_order_without_duplicates():
+    assert geometry.parse("128x4, 128x8;128x4 64X1") == (Geometry(128, 4), Geometry(128, 8), Geometry(64, 1))
+    assert Geometry(128, 4).tag == "128x4"
+
+
+@pytest.mark.parametrize("spec, said", [
+    ("96x4", "head_dim 96 is not allowed"),       # the int8 scale groups and every kernel need a multiple of 64
+    ("320x4", "head_dim 320 is not allowed"),
+    ("128x17", "G 17 is not allowed"),
+    ("128x0", "G 0 is not allowed"),
+    ("128", "expected HEAD_DIMxG"),
+    ("", "empty"),
+])
+def test_parse_refuses_what_the_kernels_do_not_take(spec, said):
+    with pytest.raises(ValueError, match=said) as e:
+        geometry.parse(spec)
+    if "allowed" in said:
+        assert "64, 128, 192, 256" in str(e.value) and "1..16" in str(e.value)
+
+
+def test_tables_and_the_command_line_share_one_rule(tmp_path):
+    bad = tmp_path / "x.toml"
+    bad.write_text('[backend]\nname = "cpu"\ntoolchain = "host-cxx"\ntemplate_dirs = ["cpu"]\nsource_ext = ".cpp"\n'
+                   '[targets.cpu]\nfamilies = ["core"]\nfeatures = []\nvariants = ["fp32"]\n'
+                   'geometries = [{ head_dim = 96, group = 4 }]\n')
+    with pytest.raises(targets.TargetError, match="head_dim 96 is not allowed"):
+        targets.load_table(bad)
+
+
+def test_extra_plugin_holds_only_what_the_table_lacks(table):
+    sel = targets.Selection(table["sm_90"], False)
+    wanted = geometry.parse("256x12,128x4,128x8")
+    both = build.with_geometries([sel], wanted, table_plugins=True, log=lambda s: None)
+    assert [s.plugin for s in both] == ["sm_90", "sm_90-128x4-128x8"]
+    extra = both[1]
+    assert extra.extra and extra.target.name == "sm_90"
+    assert extra.target.geometries == (Geometry(128, 4), Geometry(128, 8))
+    only = build.with_geometries([sel], wanted, table_plugins=False, log=lambda s: None)
+    assert [s.plugin for s in only] == ["sm_90-128x4-128x8"]
+    logs = []
+    assert build.with_geometries([sel], geometry.parse("256x12"), table_plugins=False, log=logs.append) == []
+    assert "already has 256x12" in logs[0] and "strata-kernels build --targets sm_90" in logs[0]
+
+
+def test_extra_plugin_renders_beside_the_table_plugin(tmp_path, table):
+    sel = targets.Selection(table["sm_90"], False)
+    sels = build.with_geometries([sel], geometry.parse("128x4"), table_plugins=True, log=lambda s: None)
+    base, extra = codegen.generate(sels, tmp_path)
+    assert base.directory == tmp_path / "sm_90" and extra.directory == tmp_path / "sm_90-128x4"
+    names = sorted(p.name for p in extra.directory.iterdir())
+    assert "v2_128_4.cu" in names and not [n for n in names if "_256_12" in n]
+    m = json.loads((extra.directory / "manifest.json").read_text())
+    assert m["target"] == "sm_90" and m["geometries"] == [{"head_dim": 128, "group": 4}]
+    cmake = (tmp_path / "CMakeLists.txt").read_text()
+    assert "add_library(strata_sm_90 " in cmake and "add_library(strata_sm_90-128x4 " in cmake
+
+
+def test_generate_and_build_refuse_a_geometry_the_kernels_do_not_take(tmp_path, capsys):
+    assert cli.main(["generate", "--target", "cpu", "--geometries", "96x4", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "head_dim 96 is not allowed" in err and "64, 128, 192, 256" in err
+    assert not (tmp_path / "cpu").exists()
+    assert cli.main(["build", "--targets", "cpu", "--geometries", "128x20", "--out", str(tmp_path)]) == 2
+    assert "G 20 is not allowed" in capsys.readouterr().err
+
+
+def test_grouped_shared_memory_bound_is_one_formula():
+    """cuda/dispatch.inc.j2 decides with it, cuda/grouped.cu.j2 static_asserts it bounds its Smem, and the Python
+    model of the dispatch repeats it: the three must agree (a (128, 4) plugin failed that assert with the old one)."""
+    dispatch = (ROOT / "templates" / "cuda" / "dispatch.inc.j2").read_text()
+    grouped = (ROOT / "templates" / "cuda" / "grouped.cu.j2").read_text()
+    a, b = re.search(r"grouped_smem_bytes\(int hd\) \{ return (\d+) \* hd \+ (\d+); \}", dispatch).groups()
+    assert f"sizeof(Smem) <= {a} * HD + {b}" in grouped
+    assert dispatch_model.grouped_smem_bytes(128) == int(a) * 128 + int(b)
