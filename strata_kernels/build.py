@@ -75,6 +75,16 @@ def default_install_dir() -> Path:
     return user_plugin_dir()
 
 
+def _same_but_cuda(old: list[str] | None, new: list[str]) -> bool:
+    """Two configure argument lists that differ only in one naming the CUDA compiler and the other not (a target list
+    with and one without CUDA targets): CMake can add or keep the CUDA language in place. A different nvcc cannot."""
+    if old is None:
+        return False
+    cuda = lambda a: [x for x in a if x.startswith("-DCMAKE_CUDA_COMPILER=")]  # noqa: E731
+    rest = lambda a: [x for x in a if not x.startswith("-DCMAKE_CUDA_COMPILER=")]  # noqa: E731
+    return rest(old) == rest(new) and (not cuda(old) or not cuda(new))
+
+
 def _is_explicit(spec: str) -> bool:
     return not all(tok.lower() in ("all", "native") for tok in re.split(r"[;,\s]+", spec.strip()) if tok)
 
@@ -275,9 +285,17 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         # A build directory configured by another cmake (pip's build environments are temporary), compiler or
         # Python cannot be reused: start it afresh rather than fail inside Ninja's regeneration step.
         stamp = cmake_dir / "strata-configure.json"
-        if (cmake_dir / "build.ninja").is_file() and (not stamp.is_file() or json.loads(stamp.read_text()) != args):
-            log("strata-kernels: the build directory was configured differently; reconfiguring")
-            shutil.rmtree(cmake_dir)
+        if (cmake_dir / "build.ninja").is_file():
+            old = json.loads(stamp.read_text()) if stamp.is_file() else None
+            if old != args and not _same_but_cuda(old, args):
+                log("strata-kernels: the build directory was configured differently; reconfiguring")
+                shutil.rmtree(cmake_dir)
+            elif old != args:
+                # Only the CUDA compiler came or went with the target list (the same nvcc): configure again in place,
+                # so the objects of targets built before are kept.
+                log("strata-kernels: configuring (cmake, in place: the CUDA targets changed)")
+                _run_streamed(args, build_dir, log, env)
+                stamp.write_text(json.dumps(args))
         if not (cmake_dir / "build.ninja").is_file():
             log("strata-kernels: configuring (cmake)")
             _run_streamed(args, build_dir, log, env)
