@@ -16,7 +16,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -24,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import ops, testing
+from .bench import _commit
 from .parity import parse_device
 
 
@@ -36,17 +36,6 @@ class OverheadRow:
     p90_us: float | None
     calls: int
     note: str = ""
-
-
-def _commit() -> str:
-    c = os.environ.get("STRATA_KERNELS_COMMIT")
-    if c:
-        return c
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=os.path.dirname(__file__)).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def _time_calls(fn: Callable[[], Any], calls: int, batch: int, sync: Callable[[], None]) -> list[float]:
