@@ -497,10 +497,11 @@ def for_target(target: Target, family: str | None = None) -> Toolchain:
     alt = _checked(target, globals()["cuda12_driver"]())
     if alt.available:
         return alt
-    if family == "cuda12" and tc.available:
+    if family == "cuda12":
+        found = f"found nvcc {tc.version} at {tc.path}" if tc.path else "found no nvcc"
         return Toolchain(alt.name, alt.path, alt.version,
-                         f"the cuda12 family needs a CUDA 12.x nvcc (found nvcc {tc.version} at {tc.path}) or the "
-                         f"PyPI CUDA 12.9 toolchain: {alt.reason}")
+                         f"the cuda12 family needs a CUDA 12.x nvcc ({found}) or the PyPI CUDA 12.9 toolchain: "
+                         f"{alt.reason}")
     return Toolchain(tc.name, tc.path, tc.version, f"{tc.reason}; or the PyPI CUDA 12.9 toolchain: {alt.reason}")
 
 
