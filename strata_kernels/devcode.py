@@ -16,13 +16,20 @@ MAGIC = b"STRATADC"
 CUBIN, PTX = 1, 2
 
 
+def compact_ptx(ptx: bytes) -> bytes:
+    """PTX without its comment lines and indentation (the container is not compressed, as nvcc's fatbins are; PTX
+    is whitespace-insensitive, and this takes ~16% off it)."""
+    lines = (line.strip() for line in ptx.rstrip(b"\0").split(b"\n"))
+    return b"\n".join(line for line in lines if line and not line.startswith(b"//")) + b"\n"
+
+
 def pack(entries: list[tuple[int, int, bytes]]) -> bytes:
     """(kind, sm, bytes) entries -> the container."""
     head = MAGIC + struct.pack("<I", len(entries))
     body = b""
     for kind, sm, data in entries:
-        if kind == PTX and not data.endswith(b"\0"):
-            data += b"\0"
+        if kind == PTX:
+            data = compact_ptx(data) + b"\0"
         head += struct.pack("<IIQ", kind, sm, len(data))
         body += data
     return head + body
