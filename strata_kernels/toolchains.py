@@ -486,11 +486,11 @@ def for_target(target: Target, family: str | None = None) -> Toolchain:
     """The toolchain for ``target`` (built for ``family``, or as the build picks) with its floors checked; ``reason``
     says why it cannot build the target. A cuda12 target is built by a CUDA 12.x nvcc where there is one, else by the
     PyPI CUDA 12.9 toolchain (`cuda12_driver`): always for the cuda12 family, and for a target the nvcc here cannot
-    build (sm_70 beside CUDA 13)."""
+    build (sm_70 beside CUDA 13). Without any nvcc a plain build skips the CUDA targets, as it says."""
     tc = _checked(target, globals()[_FINDERS[target.backend.toolchain]]())
     if target.backend.name != "cuda" or "cuda12" not in target.families or family not in (None, "cuda12"):
         return tc
-    if family is None and tc.available:
+    if family is None and (tc.available or not tc.path):  # no nvcc at all: the target is skipped, as before
         return tc
     if family == "cuda12" and tc.available and _version_tuple(tc.version)[0] == 12:
         return tc
