@@ -145,6 +145,8 @@ def _key(selections: list[Selection], tcs: dict, loader: dict | None, root: Path
 
 
 def _target_flags(sel: Selection, tc: toolchains.Toolchain) -> list[str]:
+    if tc.name == codegen.DRIVER_TOOLCHAIN:
+        return ["-O3", "-ffp-contract=off", "ptxas --fmad=false"]
     return toolchains.cuda_flags(tc) if sel.target.backend.name == "cuda" else []
 
 
@@ -201,10 +203,11 @@ def with_geometries(selections: list[Selection], geometries: "str | tuple[Geomet
 def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir: Path | None = None,
           with_loader: bool = False, loader_dir: Path | None = None, jobs: int | None = None,
           geometries: "str | tuple[Geometry, ...] | None" = None, table_plugins: bool = True,
-          log: Log = print) -> BuildResult:
+          family: str | None = None, log: Log = print) -> BuildResult:
     """Build the plugins of ``spec`` (``STRATA_TARGETS``, default ``native``) and install them. ``geometries``
     (``"128x4,128x8"``): also a plugin per target with those of them its table lacks; ``table_plugins=False``
-    builds only those (`strata-kernels build --geometries`)."""
+    builds only those (`strata-kernels build --geometries`). ``family``: the plugin-wheel family being built (its
+    toolchain rule, toolchains.for_target)."""
     t0 = time.monotonic()
     if isinstance(geometries, str):
         geometries = parse_geometries(geometries)     # a bad geometry is refused before anything is probed
@@ -229,7 +232,7 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
     chosen: list[Selection] = []
     tcs: dict[str, toolchains.Toolchain] = {}
     for sel in selections:
-        tc = toolchains.for_target(sel.target)
+        tc = toolchains.for_target(sel.target, family)
         if not tc.available:
             if explicit:
                 raise ToolchainError(f"target {sel.target.name} was asked for but cannot be built: {tc.reason}")
@@ -268,7 +271,9 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
                                           flags=_target_flags(s, tcs[s.plugin]))
                     for s in chosen]
         codegen.copy_abi_header(gen_dir)
-        codegen.render_cmake(rendered, gen_dir, loader=loader, hip=hip, sycl=sycl)
+        driver = {r.name: codegen.driver_cmake_info(r, tcs[r.name]) for r in rendered
+                  if tcs[r.name].name == codegen.DRIVER_TOOLCHAIN}
+        codegen.render_cmake(rendered, gen_dir, loader=loader, hip=hip, sycl=sycl, driver=driver)
         cmake = _tool("cmake", "cmake", (3, 26))
         ninja = _tool("ninja", "ninja")
         env = dict(os.environ)

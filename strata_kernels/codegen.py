@@ -10,6 +10,7 @@ import json
 import math
 import platform
 import struct
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .abi import ABI_VERSION
 from .errors import BuildError
 from .targets import Selection, Target, package_root, template_for, templates_dir
 
+DRIVER_TOOLCHAIN = "cuda12-driver"  # toolchains.cuda12_driver: kernels launched through the plugin's driver-API layer
 _COMMENT = {".cpp": "//", ".cu": "//", ".hip": "//", ".h": "//", ".txt": "#", ".cmake": "#"}
 
 
@@ -161,6 +163,8 @@ def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | N
             render(rel, out / f"{variant}_{g.head_dim}_{g.group}{ext}", variant=variant, geometry=geometry_context(g))
     manifest_json = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
     render("common/plugin_entry.cpp.j2", out / f"plugin{ext}", manifest_json=manifest_json, geometry=None)
+    if toolchain.get("name") == DRIVER_TOOLCHAIN:  # the cuda12 family: runtime calls answered by the driver API
+        render("cuda/driver_api.cpp.j2", out / "driver_api.cpp", geometry=None)
     mpath = out / "manifest.json"
     write_if_different(mpath, json.dumps(manifest, sort_keys=True, indent=2) + "\n")
     # Stale files from an earlier table (a removed variant or geometry) would otherwise linger.
@@ -180,7 +184,8 @@ def copy_abi_header(gen_dir: Path) -> Path:
 
 
 def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict | None = None,
-                 root: Path | None = None, hip: dict | None = None, sycl: dict | None = None) -> Path:
+                 root: Path | None = None, hip: dict | None = None, sycl: dict | None = None,
+                 driver: dict | None = None) -> Path:
     """The one CMake project that builds every selected target (and, for pip, the nanobind loader)."""
     env = environment(root)
     targets = []
@@ -190,11 +195,11 @@ def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict 
             "name": r.name, "backend": t.backend.name, "arch": t.arch, "ptx": r.ptx,
             "sources": [p.relative_to(gen_dir).as_posix() for p in r.sources],
             "flags": r.flags, "cflags": list(t.cflags), "hip": (hip or {}).get(r.name),
-            "sycl": (sycl or {}).get(r.name),
+            "sycl": (sycl or {}).get(r.name), "driver": (driver or {}).get(r.name),
         })
     ctx = {
         "template_name": "cmake/CMakeLists.txt.j2", "target": "all", "cmt": "#",
-        "targets": targets, "backends": sorted({t["backend"] for t in targets}),
+        "targets": targets, "backends": sorted({t["backend"] for t in targets if not t["driver"]}),
         "loader": loader, "package_version": __version__,
     }
     text = env.get_template("cmake/CMakeLists.txt.j2").render(**ctx)
@@ -216,6 +221,23 @@ def generate(selections: list[Selection], out: Path, *, toolchains: dict | None 
     sycl = {r.name: sycl_cmake_info(r.target) for r in rendered if r.target.backend.name == "sycl"}
     render_cmake(rendered, out, hip=hip, sycl=sycl)
     return rendered
+
+
+def driver_cmake_info(r: RenderedTarget, toolchain) -> dict:
+    """How the CMake project builds a cuda12 target without nvcc (toolchains.cuda12_driver): per kernel source, clang's
+    device side to PTX, ptxas to SASS, devcode.py's container (SASS, plus PTX where the table asks), and clang's host
+    side embedding it; driver_api.cpp and the objects make the plugin."""
+    from . import toolchains
+    sm = r.target.arch
+    return {"clang": toolchain.extra["clang"], "ptxas": toolchain.extra["ptxas"],
+            "include": str(Path(toolchain.extra["root"]) / "include"),
+            "flags": toolchains.cuda12_clang_flags(toolchain), "sm": sm, "ptx": r.ptx,
+            "python": sys.executable, "devcode": str(Path(__file__).resolve().parent / "devcode.py"),
+            "kernels": [p.relative_to(r.directory.parent).as_posix() for p in r.sources
+                        if p.suffix == ".cu" and p.stem != "plugin"],
+            "host": [p.relative_to(r.directory.parent).as_posix() for p in r.sources
+                     if p.stem == "plugin"],
+            "cxx": [p.relative_to(r.directory.parent).as_posix() for p in r.sources if p.suffix == ".cpp"]}
 
 
 def hip_cmake_info(target: Target) -> dict:

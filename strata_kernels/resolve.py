@@ -51,6 +51,9 @@ ENTRY_POINT_GROUP = "strata_kernels.plugins"
 ENV_PLUGIN_PATH = "STRATA_KERNELS_PLUGIN_PATH"
 ENV_TARGET = "STRATA_KERNELS_TARGET"
 ENV_SIMULATE_DRIVER = "STRATA_KERNELS_SIMULATE_DRIVER"
+# The NVIDIA driver each CUDA plugin family needs (README, "GPU plugins"): SASS built by a CUDA N.x toolkit runs on
+# an N.0 driver or newer; cuda12 plugins launch through the driver API, so nothing else is needed.
+FAMILY_DRIVERS = {"cuda13": "CUDA 13.0 or newer (driver R580+)", "cuda12": "CUDA 12.0 or newer (driver R525+)"}
 DEFAULT_SIMULATED_DRIVER = 13000  # a CUDA 13.0 driver, CUDA style (major*1000 + minor*10)
 
 _MAX_MANIFEST_BYTES = 1 << 20
@@ -1019,10 +1022,14 @@ def explain(simulate: str | None = None, *, devices: list[Device] | None = None,
         m = p.manifest
         code = ", ".join(m.get("sass", []) + m.get("ptx", []) + m.get("gfx", [])) or m.get("host") or ""
         tc = m.get("toolchain") or {}
+        mdv = m.get("min_driver_version") or 0
+        needs = f" (needs a driver for CUDA {_cuda_version_str(mdv)}+)" if m.get("backend") == "cuda" and mdv else ""
         out.append(f"  {p.target:<10} {m.get('backend'):<5} {code:<24} {tc.get('name') or ''} "
-                   f"{tc.get('version') or ''}  [{p.source}] {p.path}")
+                   f"{tc.get('version') or ''}{needs}  [{p.source}] {p.path}")
         out.append(f"  {'':<10} geometries (head_dim x G): {_tags(plugin_geometries(p))}")
     out += [f"  - {n}" for n in disc_notes]
+    out.append("CUDA plugin wheels and the driver each needs: " +
+               "; ".join(f"strata-kernels-{f}: {need}" for f, need in FAMILY_DRIVERS.items()))
     for res in resolve(devices, plugins):
         out.append("")
         out += _trace_device(res, targets)

@@ -97,6 +97,21 @@ def _clang_finds(clang: str, tool: str) -> str | None:
     return found if os.path.isabs(found) and os.access(found, os.X_OK) else None
 
 
+def find_clang(names: list[str | None], backend: str) -> tuple[str | None, tuple[int, int], list[str]]:
+    """The first of ``names`` that is a clang >= 18 with ``backend`` among its targets (amdgcn, nvptx64): its path,
+    version and every clang looked at ("path (major.minor)")."""
+    seen = []
+    for n in filter(None, names):
+        path = shutil.which(n) or (n if Path(n).is_file() else None)
+        if not path:
+            continue
+        version = _clang_version(_run_version([path, "--version"]))
+        seen.append(f"{path} ({version[0]}.{version[1]})")
+        if version >= (18, 0) and backend in _run_version([path, "-print-targets"]):
+            return path, version, seen
+    return None, (0, 0), seen
+
+
 @lru_cache(maxsize=None)
 def hip_clang() -> Toolchain:
     """A clang >= 18 with the AMDGPU backend, the HIP headers, and (if any) the ROCm device libraries.
@@ -108,16 +123,7 @@ def hip_clang() -> Toolchain:
     rocm = [Path(p) for p in (os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm") if p]
     names = [os.environ.get("HIP_CLANG")] + [str(r / "llvm" / "bin" / "clang++") for r in rocm] + [
         "clang++-19", "clang++-20", "clang++-18", "clang++"]
-    clang, version, seen = None, (0, 0), []
-    for n in filter(None, names):
-        path = shutil.which(n) or (n if Path(n).is_file() else None)
-        if not path:
-            continue
-        version = _clang_version(_run_version([path, "--version"]))
-        seen.append(f"{path} ({version[0]}.{version[1]})")
-        if version >= (18, 0) and "amdgcn" in _run_version([path, "-print-targets"]):
-            clang = path
-            break
+    clang, version, seen = find_clang(names, "amdgcn")
     if clang is None:
         found = f"; found {', '.join(seen)}" if seen else ""
         return Toolchain("hip-clang", None, None, "no clang >= 18 with the AMDGPU backend" + found +
@@ -365,13 +371,97 @@ def describe_sycl(tc: Toolchain) -> str:
             f"no plugin: {tc.extra['why']}")
 
 
+# ------------------------------------------------------------------------------------------------ CUDA 12 from PyPI
+# The cuda12 family without a CUDA 12 toolkit: clang (CUDA mode) compiles each kernel source twice, the device side
+# to PTX and the host side to an object that embeds the device code; ptxas 12.9 turns the PTX into SASS. The host
+# side's runtime calls are answered by the plugin's own driver-API layer (templates/cuda/driver_api.cpp.j2), so the
+# plugin needs libcuda.so.1 (any CUDA 12.0+ driver) and no CUDA runtime. PyPI gives the rest: ptxas, libdevice and
+# the crt headers (nvidia-cuda-nvcc-cu12), the runtime and driver headers (nvidia-cuda-runtime-cu12) and <nv/target>
+# (nvidia-cuda-cccl-cu12).
+
+CUDA12_PACKAGES = ("nvidia-cuda-nvcc-cu12==12.9.*", "nvidia-cuda-runtime-cu12==12.9.*", "nvidia-cuda-cccl-cu12==12.9.*")
+CUDA12_INSTALL = "pip install 'strata-kernels[cuda12]' (or: pip install " + " ".join(
+    f'"{p}"' for p in CUDA12_PACKAGES) + ")"
+
+
+def _nvidia_dir(module: str, probe: str) -> Path | None:
+    """The directory of PyPI's ``nvidia.<module>`` package that holds ``probe``."""
+    import importlib
+    try:
+        m = importlib.import_module(f"nvidia.{module}")
+    except ImportError:
+        return None
+    return next((Path(p) for p in getattr(m, "__path__", []) if (Path(p) / probe).exists()), None)
+
+
+def cuda12_root(runtime: Path, nvcc_dir: Path, cccl: Path) -> Path:
+    """A CUDA-installation-shaped directory of links into the PyPI packages, as clang's --cuda-path wants it:
+    include/ (runtime and driver headers, crt/, nv/), bin/ptxas, nvvm/libdevice, version.txt. clang's CUDA wrapper
+    includes curand_mtgp32_kernel.h, which these kernels never use: an empty one stands in."""
+    import hashlib
+    from .paths import cache_home
+    key = hashlib.sha256("\0".join(map(str, (runtime, nvcc_dir, cccl))).encode()).hexdigest()[:12]
+    root = cache_home() / f"cuda12-root-{key}"
+    if (root / "version.txt").is_file():
+        return root
+    tmp = root.with_name(root.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "include").mkdir(parents=True)
+    for src in (runtime / "include", nvcc_dir / "include", cccl / "include"):
+        for p in src.iterdir():
+            if p.name != "__pycache__" and not (tmp / "include" / p.name).exists():
+                (tmp / "include" / p.name).symlink_to(p)
+    (tmp / "include" / "curand_mtgp32_kernel.h").write_text("/* not used by strata-kernels */\n")
+    (tmp / "bin").mkdir()
+    (tmp / "bin" / "ptxas").symlink_to(nvcc_dir / "bin" / "ptxas")
+    (tmp / "nvvm").mkdir()
+    (tmp / "nvvm" / "libdevice").symlink_to(nvcc_dir / "nvvm" / "libdevice")
+    (tmp / "version.txt").write_text("CUDA Version 12.9\n")
+    try:
+        tmp.rename(root)
+    except OSError:  # another build made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+@lru_cache(maxsize=None)
+def cuda12_driver() -> Toolchain:
+    """clang + PyPI's CUDA 12.9 (ptxas, headers, libdevice): builds cuda12 plugins that launch through the driver
+    API. extra: clang, ptxas, root (the --cuda-path directory)."""
+    clang, _, seen = find_clang([os.environ.get("STRATA_CUDA12_CLANG"), "clang++-19", "clang++-20", "clang++-18",
+                                 "clang++"], "nvptx64")
+    if not clang:
+        found = f"; found {', '.join(seen)}" if seen else ""
+        return Toolchain("cuda12-driver", None, None, "no clang >= 18 with the NVPTX backend" + found +
+                         " (apt-get install clang-19, or set STRATA_CUDA12_CLANG)")
+    runtime = _nvidia_dir("cuda_runtime", "include/cuda_runtime.h")
+    nvcc_dir = _nvidia_dir("cuda_nvcc", "bin/ptxas")
+    cccl = _nvidia_dir("cuda_cccl", "include/nv/target")
+    missing = [pkg for pkg, d in zip(CUDA12_PACKAGES, (nvcc_dir, runtime, cccl)) if d is None]
+    if missing:
+        return Toolchain("cuda12-driver", None, None, f"the PyPI CUDA 12.9 packages {', '.join(missing)} are not "
+                         f"installed ({CUDA12_INSTALL})")
+    ptxas = nvcc_dir / "bin" / "ptxas"
+    m = re.search(r"release (\d+\.\d+)", _run_version([str(ptxas), "--version"]))
+    if not m:
+        return Toolchain("cuda12-driver", None, None, f"{ptxas} does not run")
+    if _version_tuple(m.group(1))[0] != 12:
+        return Toolchain("cuda12-driver", None, None, f"{ptxas} is CUDA {m.group(1)}, not 12.x ({CUDA12_INSTALL})")
+    root = cuda12_root(runtime, nvcc_dir, cccl)
+    return Toolchain("cuda12-driver", clang, m.group(1), extra={"clang": clang, "ptxas": str(ptxas), "root": str(root)})
+
+
+def cuda12_clang_flags(tc: Toolchain) -> list[str]:
+    """clang flags of both sides of a cuda12 kernel source: nvcc's --fmad=false is -ffp-contract=off here."""
+    return [f"--cuda-path={tc.extra['root']}", "-Wno-unknown-cuda-version", "-std=c++17", "-O3", "-ffp-contract=off"]
+
+
 # Looked up by name at call time (tests replace a finder to simulate a missing toolchain).
 _FINDERS = {"host-cxx": "host_cxx", "nvcc": "nvcc", "hip-clang": "hip_clang", "sycl": "sycl"}
 
 
-def for_target(target: Target) -> Toolchain:
-    """The toolchain for ``target`` with its floors checked; ``reason`` says why it cannot build the target."""
-    tc = globals()[_FINDERS[target.backend.toolchain]]()
+def _checked(target: Target, tc: Toolchain) -> Toolchain:
+    """``tc`` with ``target``'s toolkit floors checked; ``reason`` says why it cannot build the target."""
     if not tc.available:
         return tc
     if target.backend.name not in BUILDABLE_BACKENDS:
@@ -392,8 +482,31 @@ def for_target(target: Target) -> Toolchain:
     return tc
 
 
+def for_target(target: Target, family: str | None = None) -> Toolchain:
+    """The toolchain for ``target`` (built for ``family``, or as the build picks) with its floors checked; ``reason``
+    says why it cannot build the target. A cuda12 target is built by a CUDA 12.x nvcc where there is one, else by the
+    PyPI CUDA 12.9 toolchain (`cuda12_driver`): always for the cuda12 family, and for a target the nvcc here cannot
+    build (sm_70 beside CUDA 13). Without any nvcc a plain build skips the CUDA targets, as it says."""
+    tc = _checked(target, globals()[_FINDERS[target.backend.toolchain]]())
+    if target.backend.name != "cuda" or "cuda12" not in target.families or family not in (None, "cuda12"):
+        return tc
+    if family is None and (tc.available or not tc.path):  # no nvcc at all: the target is skipped, as before
+        return tc
+    if family == "cuda12" and tc.available and _version_tuple(tc.version)[0] == 12:
+        return tc
+    alt = _checked(target, globals()["cuda12_driver"]())
+    if alt.available:
+        return alt
+    if family == "cuda12":
+        found = f"found nvcc {tc.version} at {tc.path}" if tc.path else "found no nvcc"
+        return Toolchain(alt.name, alt.path, alt.version,
+                         f"the cuda12 family needs a CUDA 12.x nvcc ({found}) or the PyPI CUDA 12.9 toolchain: "
+                         f"{alt.reason}")
+    return Toolchain(tc.name, tc.path, tc.version, f"{tc.reason}; or the PyPI CUDA 12.9 toolchain: {alt.reason}")
+
+
 def clear_cache() -> None:
-    for name in (*_FINDERS.values(), "dpcpp", "find_sycl_headers", "host_compilers"):
+    for name in (*_FINDERS.values(), "cuda12_driver", "dpcpp", "find_sycl_headers", "host_compilers"):
         f = globals()[name]
         if hasattr(f, "cache_clear"):  # a test may have replaced a finder by a plain function
             f.cache_clear()

@@ -75,8 +75,10 @@ def family_toolchain(family: str, members: list[Target]) -> toolchains.Toolchain
             return toolchains.Toolchain(tc.name, tc.path, tc.version, f"family {family} needs a SYCL plugin: {why}")
     m = re.fullmatch(r"cuda(\d+)", family)
     if m:
-        base = toolchains.nvcc()
         major = int(m.group(1))
+        if major == 12:  # a CUDA 12.x nvcc, else PyPI's CUDA 12.9 with the driver-API launch (toolchains.for_target)
+            return toolchains.for_target(members[0], family)
+        base = toolchains.nvcc()
         have = toolchains._version_tuple(base.version)[0]
         if have != major:
             return toolchains.Toolchain(base.name, base.path, base.version,
@@ -259,7 +261,7 @@ def build_family_wheel(family: str, out: Path, *, targets: str | None = None, bu
     build_dir = Path(build_dir or (sk_build.default_build_dir().parent / f"wheel-{__version__}-{family}"))
     with tempfile.TemporaryDirectory(prefix="strata-wheel-") as tmp:
         stage = Path(tmp) / package_name(family)
-        res = sk_build.build(spec, build_dir=build_dir, install_dir=stage, jobs=jobs, log=log)
+        res = sk_build.build(spec, build_dir=build_dir, install_dir=stage, jobs=jobs, family=family, log=log)
         if res.isa_only:
             raise BuildError(f"family {family}: {', '.join(sorted(res.isa_only))} could only be compiled to ISA here "
                              f"(no device libraries), and a wheel carries loadable plugins only; build with a ROCm "

@@ -869,3 +869,38 @@ def test_explain_lists_each_plugins_geometries_and_who_serves_which(tmp_path, mo
     assert "geometries (head_dim x G): 256x12\n" in text and "geometries (head_dim x G): 128x4, 128x8\n" in text
     assert ("128x4, 128x8 by libstrata_sm_90-128x4-128x8.so [user]; 256x12 by libstrata_sm_90.so [package]"
             in text), text
+
+
+# ----------------------------------------------------------------------------------- the cuda12 family (driver API)
+
+def _cuda12_driver_manifest(target: str) -> dict:
+    """What a cuda12 plugin built from PyPI's CUDA 12.9 (clang + ptxas, driver-API launch) carries."""
+    return manifest_for(target, toolchain={"name": "cuda12-driver", "version": "12.9"}, min_driver_version=12000)
+
+
+def test_a_cuda12_driver_plugin_serves_a_cuda_12_0_driver_and_the_cuda13_one_does_not(tmp_path, monkeypatch):
+    monkeypatch.setenv(resolve.ENV_SIMULATE_DRIVER, "12000")
+    new = write_plugin(tmp_path / "cuda13", "sm_90")
+    old = write_plugin(tmp_path / "cuda12", "sm_90", _cuda12_driver_manifest("sm_90"))
+    plugins = [resolve._plugin_file(new, "package"), resolve._plugin_file(old, "path")]
+    (res,) = resolve.resolve(resolve.simulate("sm_90"), plugins)
+    assert res.chosen.plugin.path == old
+    assert "CUDA 13.0" in next(c for c in res.candidates if c.plugin.path == new).reason
+
+
+def test_a_cuda12_driver_plugin_refuses_a_cuda_11_driver(tmp_path, monkeypatch):
+    write_plugin(tmp_path, "sm_70", _cuda12_driver_manifest("sm_70"))
+    monkeypatch.setenv(resolve.ENV_SIMULATE_DRIVER, "11080")
+    (res,) = resolve.resolve(resolve.simulate("sm_70"), plugins_in(tmp_path))
+    assert res.chosen is None and "CUDA 11.8" in res.candidates[0].reason and "(12.x)" in res.candidates[0].reason
+    monkeypatch.setenv(resolve.ENV_SIMULATE_DRIVER, "12020")
+    (res,) = resolve.resolve(resolve.simulate("sm_70"), plugins_in(tmp_path))
+    assert chosen(res) == "sm_70"
+
+
+def test_explain_says_which_driver_each_cuda_family_needs(tmp_path):
+    write_plugin(tmp_path, "sm_70", _cuda12_driver_manifest("sm_70"))
+    text = resolve.explain(simulate="sm_70", plugins=plugins_in(tmp_path))
+    assert "strata-kernels-cuda12: CUDA 12.0 or newer (driver R525+)" in text
+    assert "strata-kernels-cuda13: CUDA 13.0 or newer (driver R580+)" in text
+    assert "cuda12-driver 12.9 (needs a driver for CUDA 12.0+)" in text

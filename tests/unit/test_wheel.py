@@ -38,9 +38,11 @@ def _fake_nvcc(monkeypatch, version: str):
 
 def test_cuda_family_needs_its_toolkit_major(monkeypatch, tmp_path, capsys):
     _fake_nvcc(monkeypatch, "13.0")
+    no_pypi = toolchains.Toolchain("cuda12-driver", None, None, "the PyPI CUDA 12.9 packages ... are not installed")
+    monkeypatch.setattr(toolchains, "cuda12_driver", lambda: no_pypi)
     members = wheel.family_targets("cuda12")
     tc = wheel.family_toolchain("cuda12", members)
-    assert not tc.available and "CUDA 12.x nvcc" in tc.reason and "13.0" in tc.reason
+    assert not tc.available and "CUDA 12.x nvcc" in tc.reason and "13.0" in tc.reason and "PyPI" in tc.reason
     assert wheel.family_toolchain("cuda13", wheel.family_targets("cuda13")).available
     # The family says so and builds nothing; the CLI exits non-zero with the reason.
     res = wheel.build_family_wheel("cuda12", tmp_path / "dist", log=lambda m: None)
@@ -49,7 +51,14 @@ def test_cuda_family_needs_its_toolkit_major(monkeypatch, tmp_path, capsys):
     assert cli.main(["wheel", "--family", "cuda12", "--out", str(tmp_path / "dist")]) == 3
     assert "no wheel for family cuda12" in capsys.readouterr().err
     _fake_nvcc(monkeypatch, "12.4")
-    assert wheel.family_toolchain("cuda12", members).available
+    assert wheel.family_toolchain("cuda12", members).name == "nvcc"
+    # Beside CUDA 13, PyPI's CUDA 12.9 (clang + ptxas, driver-API launch) builds the family, sm_70 included.
+    _fake_nvcc(monkeypatch, "13.0")
+    pypi = toolchains.Toolchain("cuda12-driver", "/usr/bin/clang++", "12.9", extra={"root": str(tmp_path)})
+    monkeypatch.setattr(toolchains, "cuda12_driver", lambda: pypi)
+    assert wheel.family_toolchain("cuda12", members) == pypi
+    assert toolchains.for_target(members[0]) == pypi and members[0].name == "sm_70"
+    assert toolchains.for_target(wheel.family_targets("cuda13")[0]).name == "nvcc"
 
 
 def test_sycl_family_without_a_plugin_build_says_why(monkeypatch, tmp_path):
