@@ -102,7 +102,6 @@ def _first_call(key, op, q, fmt, k, k_scale, v, v_scale, page_table, ids, width,
 
 def _kernels(op: int, on_device: bool):
     """The CPU or CUDA kernels (``..._out`` and functional) of one operation."""
-    seen_for = _SEEN.get
     f32 = torch.float32
 
     def into(q, fmt, k, k_scale, v, v_scale, page_table, ids, width, out, variant=None):
@@ -114,7 +113,7 @@ def _kernels(op: int, on_device: bool):
         key = (op, fmt, variant, k.data_ptr(), v.data_ptr(), page_table.data_ptr(),
                None if k_scale is None else k_scale.data_ptr(), None if v_scale is None else v_scale.data_ptr(),
                k.shape, page_table.shape, q.shape, _env_get(_ENV_KEY), s)
-        for check, p, n_q, steps in seen_for(key, ()):
+        for check, p, n_q, steps in _SEEN.get(key, ()):
             if check(q, ids, width, out):
                 p._launch_torch(q, ids, width, out, n_q, steps, s, None, (fmt, k, k_scale, v, v_scale, page_table))
                 return
