@@ -110,7 +110,8 @@ def _kernels(op: int, on_device: bool):
             s = _raw_stream(device) if device >= 0 else 0
         else:
             device, s = -1, 0
-        key = (op, fmt, variant, k.data_ptr(), v.data_ptr(), page_table.data_ptr(),
+        # on_device: a call the dispatcher sent the CUDA kernel never finds a host plan, whatever q's device says.
+        key = (op, on_device, fmt, variant, k.data_ptr(), v.data_ptr(), page_table.data_ptr(),
                None if k_scale is None else k_scale.data_ptr(), None if v_scale is None else v_scale.data_ptr(),
                k.shape, page_table.shape, q.shape, _env_get(_ENV_KEY), s)
         for check, p, n_q, steps in _SEEN.get(key, ()):
