@@ -2,8 +2,9 @@
 
 Per operation (decode of 1 query over a 4,096-cell cache, prompt of 16 queries; on the CPU 1 query over 16 cells and 16 over 64) it
 times, in one run and on the same arrays: the plain call ``sk.qsa_*_attn(..., out=out)``, ``plan.run``, the torch op
-(``torch.ops.strata_kernels.qsa_*_attn_out``), a bare call of the loader with the same arguments (scratch and flag
-prepared beforehand, as the plan does), and a trivial framework op (``torch.add`` / ``np.add`` of a small array).
+(``torch.ops.strata_kernels.qsa_*_attn_out``) and its kernel called without the dispatcher, a bare call of the loader
+with the same arguments (scratch and flag prepared beforehand, as the plan does), and a trivial framework op
+(``torch.add`` / ``np.add`` of a small array).
 
 Host time = wall time of each call as seen by the caller, median over ``--calls`` calls. On a GPU the calls run in
 batches of ``--batch`` with a stream sync between batches (outside the timed calls), so the launch queue never fills
@@ -77,7 +78,7 @@ def measure(device: tuple[str, int], calls: int, batch: int, log: Callable[[str]
     try:
         import torch
 
-        from . import torch_ops  # noqa: F401  (registers torch.ops.strata_kernels.*)
+        from . import torch_ops  # registers torch.ops.strata_kernels.*
     except ImportError:
         if on_gpu:
             raise
@@ -117,6 +118,9 @@ def measure(device: tuple[str, int], calls: int, batch: int, log: Callable[[str]
             top = getattr(torch.ops.strata_kernels, f"qsa_{opname}_attn_out").default
             targs = (tq, "int8", tkv.k, tkv.k_scale, tkv.v, tkv.v_scale, tkv.page_table, tids, twidth, tout)
             methods.append(("torch op", lambda: top(*targs), f"torch.ops.strata_kernels.qsa_{opname}_attn_out"))
+            kernel = torch_ops._kernels(opcode, on_gpu)[0]
+            methods.append(("op kernel", lambda: kernel(*targs),
+                            "the torch op's kernel called directly: the torch op less the dispatcher"))
         methods.append(("bare loader", _bare_loader(opcode, p, q, kv, ids, width, out, stream),
                         "plugin.call with the same arrays (no checks; flag not read)"))
         if on_gpu:

@@ -267,14 +267,15 @@ class Plan:
         elif self.words is not None:
             slot = self.words.slot(cap)
             self._bound.set_errors(self.words.dev + 16 * slot, self.words.host, 2 * _ERROR_SLOTS, False)
+        self._sync = self.mode == "sync" and self.words is not None
         self._facts = _facts_for(kv.k)
         self._torch_fast = isinstance(self._facts, _Torch)
         self._tensor_type = self._facts.torch.Tensor if self._torch_fast else None
         self.workspace_floats = self._scratch_floats()
         self.workspace = None
-        # A plan made by sk.plan owns its scratch (or uses the caller's); the direct calls' plans share one per
-        # (device, stream); the torch ops' plans take it per call from torch's stream-ordered allocator, the one
-        # thing torch.compile's CUDA graphs allow in their memory pool.
+        # A plan made by sk.plan owns its scratch (or uses the caller's); the direct calls' plans and the torch ops'
+        # share one per (device, stream); a torch op's plan made while its stream captures a CUDA graph takes the
+        # scratch per call from torch's stream-ordered allocator, the one thing a capture allows in its memory pool.
         self._scratch_per_call = bool(self.workspace_floats) and _per_call_scratch
         if self.workspace_floats and not self.on_host and not _per_call_scratch:
             self._set_workspace(workspace)
@@ -389,7 +390,7 @@ class Plan:
                                 s)
         if r:
             self._outcome(r, q, ids, width, out, stream, s, len(ws) == 2, kvargs)
-        elif self.mode == "sync" and self.words is not None:
+        elif self._sync:
             self.plugin.sync_stream(_ops._DEVICE_KIND_CODE[self.device[0]], self.device[1], s)
             self._raise_synced(q, ids, width, kvargs)
         return out
@@ -416,21 +417,36 @@ class Plan:
         elif (out.dtype != f32 or out.shape != qs or not out.is_contiguous() or type(out) is not type(q)
               or (out.get_device() != dev if on_dev else not out.is_cpu)):
             self._mismatch(q, ids, width, out, kvargs)
-        if self._legacy:
-            return self._run_legacy(q, ids, width, out, stream, kvargs)
         s = (f.stream(dev, stream) if stream is not None or not on_dev or f.raw_stream is None
              else f.raw_stream(dev))
-        stride = 4 if len(ws) == 2 else 1
+        return self._launch_torch(q, ids, width, out, n_q, 4 if len(ws) == 2 else 1, s, stream, kvargs)
+
+    def _run_op(self, q, ids, width, out, n_q, steps, device, s, kvargs):
+        """The torch ops' call (torch_ops): their plan's key holds every shape, the pools' addresses and the stream
+        ``s`` of q's device ``device`` (-1: the host), so dtypes, contiguity and the other arrays' devices are what is
+        left to compare (the dispatcher sends the CPU kernel host tensors only)."""
+        f32, i32 = self._facts.f32, self._facts.i32
+        if (q.dtype is not f32 or ids.dtype is not i32 or width.dtype is not i32 or out.dtype is not f32
+                or not (q.is_contiguous() and ids.is_contiguous() and width.is_contiguous() and out.is_contiguous())
+                or device != self._dev_index
+                or device >= 0 and not ids.get_device() == width.get_device() == out.get_device() == device):
+            self._mismatch(q, ids, width, out, kvargs)
+        return self._launch_torch(q, ids, width, out, n_q, steps, s, None, kvargs)
+
+    def _launch_torch(self, q, ids, width, out, n_q, steps, s, stream, kvargs):
+        """The launch of a checked torch call on stream handle ``s``, then its outcome."""
+        if self._legacy:
+            return self._run_legacy(q, ids, width, out, stream, kvargs)
         if self._scratch_per_call:
-            scratch = f.torch.empty(self.workspace_floats, dtype=f32, device=q.device)
-            r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, stride,
+            scratch = self._facts.torch.empty(self.workspace_floats, dtype=self._facts.f32, device=q.device)
+            r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, steps,
                                 s, scratch.data_ptr(), self.workspace_floats)
         else:
-            r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, stride,
+            r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, steps,
                                 s)
         if r:
-            self._outcome(r, q, ids, width, out, stream, s, stride == 4, kvargs)
-        elif self.mode == "sync" and self.words is not None:
+            self._outcome(r, q, ids, width, out, stream, s, steps == 4, kvargs)
+        elif self._sync:
             self.plugin.sync_stream(_ops._DEVICE_KIND_CODE[self.device[0]], self.device[1], s)
             self._raise_synced(q, ids, width, kvargs)
         return out
@@ -540,7 +556,7 @@ def _env_check():
 
 def call(op: int, q: Any, kv: Any, ids: Any, width: Any, variant: Any, out: Any, stream: Any) -> Any:
     """sk.qsa_prompt_attn / sk.qsa_decode_attn through a cached plan. The plans of one (device, stream) share one
-    scratch (no allocation per call); the torch ops keep their own plans (torch_ops: scratch per call)."""
+    scratch (no allocation per call); the torch ops keep their own plans (torch_ops)."""
     try:
         qs, ids_s = q.shape, ids.shape
         f = _FACTS.get(type(q)) or _facts_for(q)
@@ -555,9 +571,11 @@ def call(op: int, q: Any, kv: Any, ids: Any, width: Any, variant: Any, out: Any,
     return p._run(q, ids, width, out, stream, qs, ids_s)
 
 
-def _new_plan(op, q, kv, ids, width, variant, out, key, cache: dict | None = None):
+def _new_plan(op, q, kv, ids, width, variant, out, key, cache: dict | None = None, scratch: str = "shared"):
     """Full argument checks (the sentences of ops), then a plan kept in ``cache`` (the plain calls' by default);
-    None where the array path serves the call. A key ending in None gives a plan whose scratch comes per call."""
+    None where the array path serves the call. The key ends with the stream handle; ``scratch`` says where the plan's
+    scratch comes from: "shared" (per device and stream), "outside" (the same, but allocated outside any CUDA-graph
+    memory pool the calling thread allocates to: the torch ops) or "per_call"."""
     c = _ops._check_call(q, kv, ids, width, op)
     _ops._check_out(out, c) if out is not None else None
     if variant == "auto":
@@ -568,9 +586,10 @@ def _new_plan(op, q, kv, ids, width, variant, out, key, cache: dict | None = Non
         return None
     if A.framework(q) == "torch":
         from . import torch_ops  # noqa: F401  (registers torch.ops.strata_kernels.* once torch is in use)
-    stream = key[-1]
+    per_call = scratch == "per_call"
     p = Plan(kv, "prompt" if op == _ops._OP_PROMPT else "decode", c.n_q, c.cap, variant, n_head=c.n_head,
-             workspace=None if stream is None else _Shared(c.device, stream, q), _per_call_scratch=stream is None)
+             workspace=None if per_call else _Shared(c.device, key[-1], q, scratch == "outside"),
+             _per_call_scratch=per_call)
     cache = _PLANS if cache is None else cache
     with _PLANS_LOCK:
         if len(cache) >= _PLAIN_PLANS:
@@ -583,17 +602,48 @@ _SHARED: dict[tuple, Any] = {}   # (device, stream) -> the largest scratch the d
 
 
 class _Shared:
-    """The direct calls' scratch on one (device, stream): plans share the largest so far. A plan keeps the buffer it
-    was given for its life (a captured graph holds its address); a larger need makes a new one for later plans."""
+    """The scratch of the direct calls and torch ops on one (device, stream): plans share the largest so far. A plan
+    keeps the buffer it was given for its life (a captured graph holds its address); a larger need makes a new one for
+    later plans. ``outside``: a torch buffer is allocated by another thread, so that no CUDA-graph memory pool that the
+    calling thread allocates to owns it (torch.compile's cudagraph trees route a warm-up's allocations into their
+    pool and refuse to record while an allocation they do not track lives there)."""
 
-    def __init__(self, device, stream, like):
-        self.key, self.like = (device, stream), like
+    def __init__(self, device, stream, like, outside: bool = False):
+        self.key, self.like, self.outside = (device, stream), like, outside
 
     def get(self, floats: int):
         ws = _SHARED.get(self.key)
         if ws is None or int(np.prod(A.shape(ws))) < floats:
-            ws = _SHARED[self.key] = _ops._framework_alloc(self.like, (floats,), "float32")
+            if self.outside and A.framework(self.like) == "torch":
+                ws = _torch_alloc_elsewhere(self.like, floats, self.key[1])
+            else:
+                ws = _ops._framework_alloc(self.like, (floats,), "float32")
+            _SHARED[self.key] = ws
         return ws
+
+
+def _torch_alloc_elsewhere(like, floats: int, stream: int):
+    """A float32 torch buffer on ``like``'s device, allocated by a short-lived thread (outside the calling thread's
+    pool routing, on that thread's default stream). ``record_stream`` tells the caching allocator that ``stream`` uses
+    it, so that, should it ever be freed, it is not handed out again before that stream's work on it has finished."""
+    import torch
+    got: list = []
+
+    def alloc():
+        try:
+            got.append(torch.empty(floats, dtype=torch.float32, device=like.device))
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            got.append(e)
+
+    t = threading.Thread(target=alloc, name="strata-kernels-scratch")
+    t.start()
+    t.join()
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    buf = got[0]
+    if stream and buf.is_cuda:
+        buf.record_stream(torch.cuda.ExternalStream(stream, device=like.device))
+    return buf
 
 
 def clear() -> None:

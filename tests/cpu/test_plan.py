@@ -172,7 +172,68 @@ def test_torch_op_plans_hold_no_tensors_and_report_errors(sk, case):
     bad[1, 2] = -7
     with pytest.raises(ValueError, match=r"ids: query 1, position 2 holds cell -7"):
         torch.ops.strata_kernels.qsa_decode_attn(q, "int8", *pools, bad, width)
-    refs = [weakref.ref(t) for t in pools]
-    del pools
+    # The ops' record of what passed (torch_ops._SEEN) keeps no tensor either: q, ids, width, out of an _out call.
+    call = [q.clone(), ids.clone(), width.clone(), torch.empty_like(q)]
+    for _ in range(2):
+        torch.ops.strata_kernels.qsa_decode_attn_out(call[0], "int8", *pools, call[1], call[2], call[3])
+    assert torch.equal(call[3], ref)
+    refs = [weakref.ref(t) for t in pools + call]
+    del pools, call
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def _out_op_args(torch, sk, case):
+    q, kv, ids, width = _torch_case(torch, sk, case)
+    return q, ("int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table), ids, width
+
+
+def test_torch_op_checks_each_call_after_good_ones(sk, case):
+    """The ops remember the metadata of calls that passed; a later call that differs in any of them gets the plan's
+    checks and their sentence, not the remembered plan."""
+    torch = pytest.importorskip("torch")
+    op = torch.ops.strata_kernels.qsa_decode_attn_out
+    q, pools, ids, width = _out_op_args(torch, sk, case)
+    ref = sk.qsa_decode_attn(q, sk.KVCache.int8(*pools[1:]), ids, width)
+    out = torch.empty_like(q)
+    for _ in range(3):
+        op(q, *pools, ids, width, out)
+    assert torch.equal(out, ref)
+    with pytest.raises(TypeError, match="ids: expected int32"):
+        op(q, *pools, ids.long(), width, out)
+    with pytest.raises(TypeError, match="out: expected float32"):
+        op(q, *pools, ids, width, out.double())
+    strided = torch.empty(q.shape[2], q.shape[1], q.shape[0]).permute(2, 1, 0)
+    with pytest.raises(ValueError, match="out: expected a C-contiguous array"):
+        op(q, *pools, ids, width, strided)
+    with pytest.raises(ValueError, match="width: expected shape"):
+        op(q, *pools, ids, width[:3], out)
+    # Another cap (the same q shape and pools): its own plan, the plain call's bits.
+    ids2, width2 = ids[:, :-5].contiguous(), torch.clamp(width, max=ids.shape[1] - 5)
+    op(q, *pools, ids2, width2, out)
+    assert torch.equal(out, sk.qsa_decode_attn(q, sk.KVCache.int8(*pools[1:]), ids2, width2))
+    op(q, *pools, ids, width, out)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("guards", [True, False])
+def test_torch_op_runs_the_plan_checks_once_with_guards_and_each_call_without(sk, case, monkeypatch, guards):
+    """With dynamo's TensorGuards the plan's checks run at a first sight only; a torch without them gets the checks on
+    every call, with the same results and sentences."""
+    torch = pytest.importorskip("torch")
+    from strata_kernels import plans, torch_ops
+    if not guards:
+        monkeypatch.setattr(torch_ops, "_TensorGuards", None)
+    monkeypatch.setattr(torch_ops, "_SEEN", {})
+    checked = []
+    run_op = plans.Plan._run_op
+    monkeypatch.setattr(plans.Plan, "_run_op", lambda self, *a: checked.append(1) or run_op(self, *a))
+    op = torch.ops.strata_kernels.qsa_decode_attn_out
+    q, pools, ids, width = _out_op_args(torch, sk, case)
+    out = torch.empty_like(q)
+    for _ in range(3):
+        op(q, *pools, ids, width, out)
+    assert torch.equal(out, sk.qsa_decode_attn(q, sk.KVCache.int8(*pools[1:]), ids, width))
+    assert len(checked) == (1 if guards else 3)
+    with pytest.raises(TypeError, match="ids: expected int32"):
+        op(q, *pools, ids.long(), width, out)

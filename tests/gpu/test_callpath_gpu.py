@@ -247,6 +247,26 @@ def test_torch_compile_reduce_overhead_captures_the_calls(torch_cuda):
     assert torch.equal(out, ref_d)
 
 
+def test_the_torch_ops_allocate_nothing_per_call(gpu_case, torch_cuda):
+    """The _out ops' plans share a scratch per (device, stream) like the plain calls (decode's chunk + merge needs
+    one): after the first call, no call allocates."""
+    torch = torch_cuda
+    _clean(torch)
+    _, (q, kv, ids, width) = gpu_case
+    out = torch.empty_like(q)
+    args = (q, "int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table, ids, width, out)
+    for name, call in (("qsa_decode_attn_out", sk.qsa_decode_attn), ("qsa_prompt_attn_out", sk.qsa_prompt_attn)):
+        op = getattr(torch.ops.strata_kernels, name)
+        op(*args)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        for _ in range(5):
+            op(*args)
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before, name
+        assert torch.equal(out, call(q, kv, ids, width))
+
+
 def test_opcheck_on_the_gpu(torch_cuda):
     torch = torch_cuda
     case = testing.make_case("int8", 600, 4, seed=9)
