@@ -45,6 +45,11 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str]) -> tuple[str,
             return "fp32_pre75", "chunk + merge, two-cells-per-step form"
         if _flag(env, "STRATA_ATTN_LANECELL"):
             return "fp32_lanecell", "chunk + merge, lane-per-cell form"
+        if env.get("STRATA_DECODE_FLASH", "")[:1] == "0":
+            return "fp32", "STRATA_DECODE_FLASH=0: chunk + merge"
+        if cc >= 80:
+            return "flash", ("sm_80+: flash (flash-decoding, all four formats; the fastest decode that passes "
+                             "parity)")
         return "fp32", "chunk + merge"
     if _flag(env, "STRATA_PROMPT_ATTN_OLD"):
         return "fp32", "STRATA_PROMPT_ATTN_OLD=1: the decode algorithm"
