@@ -65,10 +65,14 @@ for _ in range(3):
     sk.qsa_decode_attn(q, kv, ids, w, variant="flash")
 torch.cuda.synchronize()
 EOF
+  stalls=$(for r in barrier short_scoreboard long_scoreboard wait math_pipe_throttle mio_throttle lg_throttle \
+    not_selected selected dispatch_stall no_instruction branch_resolving membar tex_throttle imc_miss; do
+    printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio," $r; done)
+  pipes="sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__issue_active.avg.pct_of_peak_sustained_active"
   timeout 200 ncu --kernel-name regex:flash --launch-skip 2 --launch-count 2 --section SpeedOfLight \
-    --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
+    --section Occupancy --section LaunchStats --metrics "${stalls}${pipes}" \
     python3 /tmp/ncu_decode.py > "$OUT/ncu_decode.txt" 2>&1
-  grep -E "flash|Duration|Throughput|Achieved Occupancy|Registers|Stall|Warp Cycles|DRAM|L2 Hit|L1/TEX Hit" "$OUT/ncu_decode.txt" | head -60
+  grep -E "flash|Duration|Throughput|Achieved Occupancy|Registers|stalled|pipe|inst_executed|bank|issue_active|warps_active" "$OUT/ncu_decode.txt" | head -80
 fi
 echo "== exit $status =="
 exit $status
