@@ -20,7 +20,7 @@ def main() -> int:
         for code in rule["formats"]:
             # The split decode shares the chunk + merge scratch and refuses where its partials do not fit it
             # (QSA_SPEC §4.9): give it a context long enough to run.
-            ctx, n_q = (2100, 3) if v == "split" else (300, 6)
+            ctx, n_q = (2100, 3) if v in ("split", "flash") else (300, 6)
             case = sk.testing.make_case(FORMATS[code], ctx, n_q, holes=True, width0=True)
             for i, w in enumerate(case.width):
                 case.ids[i, w:] = np.int32(2**31 - 1)  # never read

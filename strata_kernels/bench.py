@@ -23,11 +23,11 @@ import numpy as np
 from .parity import _host_rows, _place, parse_device, sample_queries
 
 METHODS = ("plugin", "numpy-fp32", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "dense-bf16-sdpa",
-           "gather-floor", "gather-floor-grouped")
+           "gather-floor", "gather-floor-grouped", "copy-floor")
 CPU_METHODS = ("plugin", "numpy-fp32", "torch-fp32", "torch-fp32-sdpa")
 GPU_METHODS = ("plugin", "torch-fp32", "torch-fp32-sdpa", "torch-bf16-sdpa", "dense-bf16-sdpa", "gather-floor",
                "gather-floor-grouped")
-FLOORS = ("gather-floor", "gather-floor-grouped")   # read-only kernels: no output to check
+FLOORS = ("gather-floor", "gather-floor-grouped", "copy-floor")   # no output to check
 CPU_SHAPES = "4096x64,1500x64,2100x64"
 GPU_SHAPES = "32768x2048,1500x1500,2100x256,131072x2048"      # the shapes of docs/results/
 CPU_REPS, GPU_REPS = 3, 5
@@ -47,6 +47,8 @@ class BenchRow:
     note: str = ""
     peak_mb: float | None = None  # device memory the call allocates beyond its inputs and output (GPU only)
     wall_ms: float | None = None  # median wall time of one call, waited for (host work included)
+    graph_ms: float | None = None  # GPU time per call from a CUDA-graph replay of back-to-back calls (plugin rows)
+    gbps: float | None = None     # the bytes a call must read (selected K, V and scales) / ms per call
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -233,6 +235,65 @@ def _time_calls(fn: Callable[[], Any], reps: int, device: tuple[str, int]) -> tu
     return a.elapsed_time(b) / reps, wall
 
 
+def _graph_ms(fn: Callable[[], Any], device: tuple[str, int], calls: int = 20, replays: int = 5) -> float | None:
+    """GPU time per call from a CUDA graph of ``calls`` back-to-back calls, replayed ``replays`` times and timed by
+    events (no host work and no launch gaps of the host in it); None where the call cannot be captured."""
+    if device[0] != "cuda":
+        return None
+    import torch
+    dev = torch.device("cuda", device[1])
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    torch.cuda.synchronize(dev)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize(dev)
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(replays):
+        graph.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / (replays * calls)
+
+
+def read_bytes(case: Any) -> int:
+    """Bytes one call must read from the pools: K and V rows (codes and scales) of every selected, resident cell, per
+    KV head (the decode kernels' memory traffic; q and the output are small beside it)."""
+    from .gather_floor import units
+    kv = case.kv
+    widths = np.asarray(case.width).reshape(case.n_q, -1)[:, -1]
+    cells, _ = units(np.asarray(case.ids), widths, np.asarray(kv.page_table), 1)
+    hd, nb = kv.head_dim, kv.head_dim // 32
+    row = {"fp16": 4 * hd, "int8": 2 * hd + 4 * (hd // 64), "q4_0": 2 * 18 * nb,
+           "k8v4": hd + 2 * (hd // 64) + 18 * nb}[kv.format]
+    return int(cells.size) * kv.n_head_kv * row
+
+
+class CopyFloor:
+    """Callable: a device-to-device copy of as many bytes as a call reads (``read_bytes``): the memory-bandwidth
+    floor of a memory-bound kernel, measured in the same run (it also writes them, so it is a conservative floor)."""
+
+    def __init__(self, case: Any, device: tuple[str, int]):
+        import torch
+        if device[0] != "cuda":
+            raise ValueError(f"the copy floor runs on CUDA devices, not {device[0]}")
+        self.bytes = read_bytes(case)
+        dev = torch.device("cuda", device[1])
+        self.src = torch.ones(max(1, self.bytes), dtype=torch.uint8, device=dev)
+        self.dst = torch.empty_like(self.src)
+
+    def __call__(self) -> None:
+        self.dst.copy_(self.src)
+
+
 def _peak_mb(fn: Callable[[], Any], device: tuple[str, int]) -> float | None:
     """Run fn once; on a GPU return the memory it allocated beyond what was live before (scratch, buffers)."""
     if device[0] not in ("cuda", "hip"):
@@ -279,6 +340,7 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
         sample = sample_queries(case.n_q, case.widths)
         ref = R.qsa_attn_fp64(case.q, case.kv, case.ids, case.width, sample)
         ref_scale = float(np.abs(ref).max()) if ref.size else 0.0
+        nbytes = read_bytes(case) if op == "decode" else 0
         plugin_ms = None
         for m, v in expanded:
             label, note = m, ""
@@ -296,13 +358,21 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
                 peak = _peak_mb(fn, device)                   # warm-up; its output is the one checked
                 out = fn()
                 err = None
-                if m in FLOORS:
+                if m == "copy-floor":
+                    note = f"copies {fn.bytes / 1e6:.1f} MB (the bytes a call reads)"
+                elif m in FLOORS:
                     note = f"reads {fn.bytes / 1e9:.2f} GB (K, V codes and scales), computes nothing"
                 elif m != "dense-bf16-sdpa":
                     err = float(np.abs(_host_rows(out, sample) - ref).max()) if sample.size else 0.0
                 else:
                     note = "a different function (every earlier cell)"
                 ms, wall = _time_calls(fn, max(1, reps), device)
+                graph = None
+                if m == "plugin" and op == "decode" and device[0] == "cuda":
+                    try:
+                        graph = _graph_ms(fn, device)
+                    except Exception as exc:  # noqa: BLE001 - reported beside the row
+                        note = f"graph replay failed: {type(exc).__name__}: {exc}"
             except Exception as exc:  # noqa: BLE001
                 rows.append(BenchRow(shape, fmt, label, None, None, None, None, f"failed: {type(exc).__name__}: {exc}"))
                 if emit:
@@ -311,8 +381,10 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
             if m == "plugin" and plugin_ms is None:
                 plugin_ms = ms
             ratio = ms / plugin_ms if plugin_ms else None
+            gbps = nbytes / (ms * 1e6) if nbytes and ms and m not in ("gather-floor", "gather-floor-grouped") else None
             rows.append(BenchRow(shape, fmt, label, ms, ratio, err,
-                                 err / ref_scale if err is not None and ref_scale > 0 else None, note, peak, wall))
+                                 err / ref_scale if err is not None and ref_scale > 0 else None, note, peak, wall,
+                                 graph, gbps))
             if emit:
                 emit(_progress(rows[-1]))
             del out
@@ -354,6 +426,12 @@ def _method(m: str, case: Any, device: tuple[str, int], variant: str | None, op:
         except ImportError as exc:
             raise ImportError("torch is not installed") from exc
         return TorchDense(case, device), "dense bf16 SDPA (all earlier cells)"
+    if m == "copy-floor":
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("torch is not installed") from exc
+        return CopyFloor(case, device), "copy floor (device copy of the bytes read)"
     if m in FLOORS:
         from .gather_floor import GatherFloor
         from .targets import grouped_queries
@@ -380,9 +458,10 @@ def _progress(r: BenchRow) -> str:
 def format_rows(rows: Sequence[BenchRow], device_kind: str = "cpu") -> str:
     """The table and what its columns mean. Columns no row fills (wall time and peak memory on the CPU) are
     left out."""
-    head = ("context x queries", "format", "method", "ms per call", "wall ms", "x plugin's time", "max err vs fp64",
-            "err / scale", "peak MB", "note")
-    cells = [(r.shape, r.fmt, r.method, "-" if r.ms is None else f"{r.ms:.3f}",
+    head = ("context x queries", "format", "method", "ms per call", "graph ms", "GB/s", "wall ms", "x plugin's time",
+            "max err vs fp64", "err / scale", "peak MB", "note")
+    cells = [(r.shape, r.fmt, r.method, "-" if r.ms is None else f"{r.ms:.4f}",
+              "-" if r.graph_ms is None else f"{r.graph_ms:.4f}", "-" if r.gbps is None else f"{r.gbps:.0f}",
               "-" if r.wall_ms is None else f"{r.wall_ms:.3f}",
               "-" if r.ratio is None else f"{r.ratio:.2f}", "-" if r.max_err is None else f"{r.max_err:.3g}",
               "-" if r.rel_err is None else f"{r.rel_err:.3g}", "-" if r.peak_mb is None else f"{r.peak_mb:.1f}",
@@ -398,6 +477,10 @@ def format_rows(rows: Sequence[BenchRow], device_kind: str = "cpu") -> str:
     how = ("device time by events around back-to-back calls" if device_kind != "cpu"
            else "median wall time of single calls")
     legend = [f"ms per call: {how}."]
+    if "graph ms" in head:
+        legend.append("graph ms: GPU time per call from a CUDA-graph replay of 20 back-to-back calls.")
+    if "GB/s" in head:
+        legend.append("GB/s: the bytes a call must read (K, V codes and scales of the selected cells) / ms per call.")
     if "wall ms" in head:
         legend.append("wall ms: one call waited for, host work included.")
     legend.append("x plugin's time: this method's time divided by the first plugin row's (> 1: the plugin is faster).")

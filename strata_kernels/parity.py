@@ -30,7 +30,7 @@ from .geometry import why_not as geometry_why_not
 # ---------------------------------------------------------------------------------------------------------------
 DECODE_FAMILY = ("fp32", "fp32_pre75", "fp32_lanecell")          # the "old" algorithm and its bit-identical forms
 PROMPT_KERNELS = ("v1", "v2", "imma", "grouped", "v2t", "v70", "wmma", "wmma_fast", "wmma_i8", "rdna2")
-DECODE_KERNELS = ("split",)                                        # decode operation only (case 12)
+DECODE_KERNELS = ("split", "flash")                               # decode operation only (cases 12, 13)
 KNOWN_VARIANTS = _TABLE_VARIANTS + ("fp64",)
 # The formats each variant takes come from targets.VARIANT_RULES (also rendered into the plugins' dispatch).
 VARIANT_FORMATS: dict[str, tuple[str, ...]] = {
@@ -84,8 +84,11 @@ CASE_TABLE: tuple[CaseRow, ...] = (
     CaseRow(10, ("fp16", "int8", "k8v4"), (_S1500,), "width-0 queries", width0=True),
     CaseRow(11, ("fp16", "int8", "k8v4"), ((200, "periodic"),),
             "more than 65,535 queries (launch split), periodic", periodic=True),
-    CaseRow(12, ("int8",), (("ctx", 1), ("ctx", 4), ("ctx", 8), (2100, 4)),
-            "split decode vs chunk + merge", op="decode"),
+    CaseRow(12, ("int8", "fp16", "q4_0", "k8v4"), (("ctx", 1), ("ctx", 4), ("ctx", 8), (2100, 4)),
+            "decode kernels vs chunk + merge", op="decode"),
+    CaseRow(13, ("fp16", "int8", "k8v4"), ((1500, 8), (2100, 64)), "decode kernels: page holes", holes=True,
+            op="decode"),
+    CaseRow(14, ("fp16", "int8", "k8v4"), ((1500, 8),), "decode kernels: width-0 queries", width0=True, op="decode"),
 )
 
 
@@ -108,7 +111,7 @@ class CaseSpec:
         from .testing import case_label
         lab = case_label(self.fmt, holes=self.holes, width0=self.width0, real_scales=self.real_scales,
                          periodic=self.periodic)
-        return lab + (" split-decode" if self.op == "decode" else "")
+        return lab + (" decode" if self.op == "decode" else "")
 
     @property
     def n_q_effective(self) -> int:
@@ -387,7 +390,7 @@ def plan_variants(spec: CaseSpec, in_plugin: Sequence[str], requested: Sequence[
 
     Without ``requested``: on the CPU every plugin variant that applies (``fp32``); on a GPU the plugin's prompt
     kernels that apply (the decode family is the "old" side; force it with --variant to test it as "new"), and
-    ``split`` for case 12. A format with no prompt kernel is a fallback skip; a variant missing from the plugin, or
+    the decode kernels (``split``, ``flash``) for the decode cases. A format with no prompt kernel is a fallback skip; a variant missing from the plugin, or
     one that does not apply to the case, is "not applicable".
     """
     if requested:
@@ -407,7 +410,7 @@ def plan_variants(spec: CaseSpec, in_plugin: Sequence[str], requested: Sequence[
             return [], SKIP_NA, f"variant {', '.join(missing)} is not in the plugin"
         return [], SKIP_NA, f"{', '.join(requested)} does not run {spec.fmt} on the {spec.op} operation"
     if spec.op == "decode":
-        return [], SKIP_NA, "the plugin has no split decode"
+        return [], SKIP_NA, f"the plugin has no decode kernel for {spec.fmt}"
     return [], SKIP_FALLBACK, f"the prompt operation sends {spec.fmt} to the decode algorithm on this device"
 
 

@@ -18,7 +18,7 @@ from .geometry import Geometry, why_not as geometry_why_not
 # Every variant name the project knows (docs/operation.md). A table may only list names that a template provides.
 KNOWN_VARIANTS = (
     "fp32", "fp32_pre75", "fp32_lanecell", "v1", "v2", "imma", "v2t", "v70",
-    "wmma", "wmma_fast", "wmma_i8", "rdna2", "split", "grouped",
+    "wmma", "wmma_fast", "wmma_i8", "rdna2", "split", "grouped", "flash",
 )
 
 # Which KV formats each variant accepts (docs/variants.md; codes 0 fp16, 1 int8, 2 q4_0, 3 k8v4), the compute
@@ -39,6 +39,7 @@ VARIANT_RULES = {
     "rdna2": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
     "split": {"formats": (1,), "min_cc": 80, "ops": ("decode",)},
     "grouped": {"formats": (1,), "min_cc": 80, "ops": ("prompt", "decode")},
+    "flash": {"formats": (0, 1, 2, 3), "min_cc": 80, "ops": ("decode",)},
 }
 
 

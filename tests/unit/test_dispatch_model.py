@@ -61,7 +61,13 @@ SWITCH_CASES = [
     ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_Q4": "0"}, "q4_0", "prompt", 1, "fp32"),
     ("cuda", "sm_90", "sm_90", {"STRATA_EMULATE_CC": "75"}, "q4_0", "prompt", 1, "fp32"),
     ("cuda", "sm_90", "sm_90", {"STRATA_QSA_SPLIT_ATTN": "1"}, "int8", "decode", 1, "split"),
-    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_SPLIT_ATTN": "1"}, "fp16", "decode", 1, "fp32"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_SPLIT_ATTN": "1"}, "fp16", "decode", 1, "flash"),
+    ("cuda", "sm_90", "sm_90", {}, "int8", "decode", 1, "flash"),
+    ("cuda", "sm_90", "sm_90", {}, "int8", "decode", 8, "split"),      # the measured 3..16-query rule
+    ("cuda", "sm_90", "sm_90", {}, "int8", "decode", 64, "flash"),
+    ("cuda", "sm_86", "sm_86", {}, "q4_0", "decode", 8, "flash"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_DECODE_FLASH": "0"}, "k8v4", "decode", 1, "fp32"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_ATTN_LANECELL": "1"}, "int8", "decode", 1, "fp32"),  # same bits, not built
     ("cuda", "sm_75", "sm_75", {"STRATA_QSA_SPLIT_ATTN": "1"}, "int8", "decode", 1, "fp32"),
     ("hip", "gfx1100", "gfx1100", {"STRATA_HIP_WMMA": "1"}, "int8", "prompt", 1, "wmma"),
     ("hip", "gfx1100", "gfx1100", {"STRATA_HIP_WMMA": "1"}, "fp16", "prompt", 1, "fp32"),
