@@ -82,7 +82,7 @@ def _first_call(key, op, q, fmt, k, k_scale, v, v_scale, page_table, ids, width,
     """A call whose tensors' metadata are not in _SEEN: the plan by the full key (made and checked when new), its
     checks, the launch, and then the metadata recorded as seen."""
     qs, ws = q.shape, width.shape
-    full = key + (ids.shape, ws, out.shape)
+    full = key[:-1] + (ids.shape, ws, out.shape, key[-1])  # the stream stays last (plans._new_plan reads it there)
     p = _PLANS.get(full) or _new(full, op, q, fmt, k, k_scale, v, v_scale, page_table, ids, width, variant, out,
                                  device)
     if p is None:
