@@ -86,3 +86,14 @@ def test_manifest_records_ptx_and_driver_floor(tmp_path, table):
     assert r.manifest["min_driver_version"] == 13000  # 13.x SASS runs on any 13.0+ driver
     r = codegen.render_target(targets.Selection(table["gfx1100"], False), tmp_path)
     assert r.manifest["gfx"] == ["gfx1100"] and r.manifest["sass"] == []
+
+
+def test_cuda12_driver_plugins_leave_out_the_variants_that_faulted(tmp_path, table):
+    # ci/cuda12_probe.py on the H200: v2, split and grouped built by clang stop with an illegal instruction.
+    r = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path,
+                              toolchain={"name": codegen.DRIVER_TOOLCHAIN, "version": "12.9"})
+    names = {p.name.split("_256_")[0] for p in r.sources if "_256_" in p.name}
+    assert names.isdisjoint(codegen.DRIVER_UNVERIFIED) and {"fp32", "v1", "imma", "flash"} <= names
+    assert set(r.manifest["variants"]).isdisjoint(codegen.DRIVER_UNVERIFIED)
+    full = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path / "nvcc")
+    assert {"v2", "split", "grouped"} <= set(full.manifest["variants"])
