@@ -3,14 +3,15 @@
 # it carries every prebuilt (head_dim, G) pair), run the parity test at the spec's sizes for every variant the plugin
 # holds at each of its geometries, and bench prompt and decode at (128, 4), (128, 8) and (256, 12); results under $OUT.
 # The geometries and variants are read from the built plugin's manifest, so a pair or a variant added to the table is
-# covered without editing this file. Planned for ~6 minutes on the H200 (16 cores): build ~1 min, parity ~25 s per
-# geometry, bench ~1 min.
+# covered without editing this file. Planned for ~6 minutes on the H200 (16 cores; estimated, not yet run there):
+# build ~1 min (8 pairs x ~22 CPU s), parity ~25 s per geometry (8), bench ~10-15 s per call (6). If the deadline cuts
+# the bench, run it alone in a second call: STAGES="build bench" (the build is then a no-op only on a warm machine).
 #
 # Run from the repository root (the tree may travel without .git):
 #   STRATA_KERNELS_COMMIT=$(git rev-parse --short HEAD) bash ci/gpu_geometries.sh
 # Optional: STAGES="build parity bench" (default all three), BENCH_GEOMETRIES="128x4 128x8 256x12",
 #   BENCH_SHAPES=32768x2048,2100x256 (prompt), DECODE_SHAPES=32768x1,32768x8 (decode), PARITY_TIMEOUT=120 (per geometry),
-#   PARITY_ARGS (default "--reps 1": correctness, not timing), MAX_JOBS (default: all cores), STRATA_KERNELS_BUILD_DIR (default /tmp/strata-geometries-build).
+#   DEADLINE_S=540 (every step ends by then), PARITY_ARGS (default "--reps 1": correctness, not timing), MAX_JOBS (default: all cores), STRATA_KERNELS_BUILD_DIR (default /tmp/strata-geometries-build).
 # A carried loader (strata_kernels/_loader.abi3.so, built on the CPU machine as ci/gpu_h200.sh says) is used when
 # present; otherwise the build makes one. Exit status: 0 when every step passed and every (geometry, variant) ran.
 set -uo pipefail
@@ -31,6 +32,10 @@ DEVICE=${DEVICE:-cuda}
 PLUGIN=${PLUGIN:-strata_kernels/plugins/libstrata_sm_90.so}
 PARITY_ARGS=${PARITY_ARGS:---reps 1}
 status=0
+START=$(date +%s)
+DEADLINE_S=${DEADLINE_S:-540}   # the device tool stops a command at 600 s: end every step by then, results kept
+# cap SECONDS -> SECONDS, or what is left before the deadline if less (at least 1)
+cap() { local rem=$(( DEADLINE_S - ($(date +%s) - START) )); (( rem < $1 )) && echo $(( rem > 1 ? rem : 1 )) || echo "$1"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 
@@ -44,7 +49,7 @@ if has build; then
   step "build cpu;sm_90 from backends/*.toml into strata_kernels/plugins"
   loader=1; ls strata_kernels/_loader*.so >/dev/null 2>&1 && loader=0
   start=$(date +%s)
-  STRATA_TARGETS="cpu;sm_90" $PY -c "
+  STRATA_TARGETS="cpu;sm_90" timeout "$(cap ${BUILD_TIMEOUT:-300})" $PY -c "
 import sys
 from strata_kernels import build
 res = build.build(with_loader=bool($loader), install_dir='strata_kernels/plugins', jobs=int(sys.argv[1]))
@@ -72,7 +77,7 @@ if has parity; then
   for g in $GEOMETRIES; do
     hd=${g%x*}; grp=${g#*x}
     step "parity HD $hd G $grp"
-    timeout ${PARITY_TIMEOUT:-120} $PY -m strata_kernels parity --device "$DEVICE" --head-dim "$hd" --group "$grp" \
+    timeout "$(cap ${PARITY_TIMEOUT:-120})" $PY -m strata_kernels parity --device "$DEVICE" --head-dim "$hd" --group "$grp" \
       --variant "$VARIANTS" $PARITY_ARGS --json "$OUT/parity_$g.json" > "$OUT/parity_$g.txt" 2>&1
     rc=$?; status=$(( status | rc ))
     echo "parity $g: exit $rc; $(tail -n 1 "$OUT/parity_$g.txt")"
@@ -86,12 +91,12 @@ if has bench; then
   for g in $BENCH_GEOMETRIES; do
     hd=${g%x*}; grp=${g#*x}
     step "bench prompt HD $hd G $grp"
-    timeout ${BENCH_TIMEOUT:-90} $PY -m strata_kernels bench --device "$DEVICE" --head-dim "$hd" --group "$grp" \
+    timeout "$(cap ${BENCH_TIMEOUT:-90})" $PY -m strata_kernels bench --device "$DEVICE" --head-dim "$hd" --group "$grp" \
       --variant all --shapes "$BENCH_SHAPES" --reps 5 --methods plugin,torch-fp32-sdpa \
       --json "$OUT/bench_prompt_$g.json" > "$OUT/bench_prompt_$g.txt" 2>&1; rc=$?; status=$(( status | rc ))
     [ $rc = 0 ] || tail -n 15 "$OUT/bench_prompt_$g.txt"
     step "bench decode HD $hd G $grp"
-    timeout ${BENCH_TIMEOUT:-90} $PY -m strata_kernels bench --device "$DEVICE" --op decode --head-dim "$hd" --group "$grp" \
+    timeout "$(cap ${BENCH_TIMEOUT:-90})" $PY -m strata_kernels bench --device "$DEVICE" --op decode --head-dim "$hd" --group "$grp" \
       --variant all --shapes "$DECODE_SHAPES" --reps 5 --methods plugin \
       --json "$OUT/bench_decode_$g.json" > "$OUT/bench_decode_$g.txt" 2>&1; rc=$?; status=$(( status | rc ))
     [ $rc = 0 ] || tail -n 15 "$OUT/bench_decode_$g.txt"
@@ -99,5 +104,5 @@ if has bench; then
   $PY ci/geometry_tables.py bench "$OUT" $BENCH_GEOMETRIES > "$OUT/bench_summary.md"; status=$(( status | $? ))
   cat "$OUT/bench_summary.md"
 fi
-echo "== exit $status =="
-exit $status
+echo "== exit $status ($(( $(date +%s) - START )) s) =="
+exit $(( status != 0 ))
