@@ -1,11 +1,19 @@
 """Every CUDA target's generated sources compile to SASS with nvcc (ptxas runs: PTX alone hides errors).
 
+Every prebuilt geometry (backends/cuda.toml) is compiled on one representative target per feature set: the templates
+test features, not arch numbers, so the static checks (tile sizes, shared memory, the G and head_dim asserts) that
+hold there hold on every target of the set; the representative is the one with the most variants (sm_90 carries the
+test variants too). The other targets compile their first geometry, (256, 12): their own ptxas run, at a fraction of
+the CI time (each geometry costs ~22 CPU s per target). sm_70 has its own test (NVRTC 12.9, every geometry).
+
 sm_70 needs a CUDA 12.x toolkit; with CUDA 13 its plugin is skipped here (the resolver and build know the floor).
 """
 import os
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +22,18 @@ from strata_kernels import codegen, targets, toolchains
 TABLE = targets.all_targets()
 NVCC = toolchains.nvcc()
 CUDA_TARGETS = [n for n, t in TABLE.items() if t.backend.name == "cuda"]
+
+
+def _representatives() -> set[str]:
+    """Per feature set, the buildable target with the most variants (ties: the first in the table)."""
+    best: dict[frozenset, str] = {}
+    for name in CUDA_TARGETS:
+        if not toolchains.for_target(TABLE[name]).available:
+            continue
+        key = frozenset(TABLE[name].features)
+        if key not in best or len(TABLE[name].all_variants) > len(TABLE[best[key]].all_variants):
+            best[key] = name
+    return set(best.values())
 
 pytestmark = pytest.mark.toolchain
 
@@ -35,11 +55,13 @@ def compiled(tmp_path_factory):
         pytest.skip(f"nvcc not available: {NVCC.reason}")
     root = tmp_path_factory.mktemp("cuda")
     groups: dict[tuple[str, str], list] = {}
+    every_geometry = _representatives()
     for name in CUDA_TARGETS:
         ok, _ = _buildable(name)
         if not ok:
             continue
-        sel = targets.Selection(TABLE[name], TABLE[name].ptx)
+        t = TABLE[name] if name in every_geometry else replace(TABLE[name], geometries=TABLE[name].geometries[:1])
+        sel = targets.Selection(t, t.ptx)
         r = codegen.render_target(sel, root, toolchain=NVCC.as_dict())
         codegen.copy_abi_header(root)
         for src in r.sources:
@@ -93,10 +115,23 @@ def test_cuda_target_compiles_to_sass(compiled, name):
         # ptxas ran for the real arch: SASS, not just PTX.
         entries = re.findall(rf"Compiling entry function '([^']+)' for 'sm_{arch}'", p.stderr)
         assert entries, f"{name}/{fname}: ptxas produced no sm_{arch} code:\n{p.stderr[-2000:]}"
-        # v1 trades a few spilled bytes for 4 blocks per SM (measured faster on the H200); imma spills a couple of
-        # loop-invariant addresses. More than that is a regression worth a look.
+        # v1 trades a few spilled bytes for 4 blocks per SM (measured faster on the H200; 72 bytes at (128, 5..7),
+        # 32 at (256, 12)); imma spills a couple of loop-invariant addresses; grouped at most 112 bytes (at
+        # (256, 2)), 48 at (256, 12). More than 128 bytes is a regression worth a look.
         spills = _spill_stores(p.stderr).get(arch, [])
-        assert max(spills, default=0) <= 64, f"{name}/{fname}: register spills of {max(spills)} bytes"
+        assert max(spills, default=0) <= 128, f"{name}/{fname}: register spills of {max(spills)} bytes"
+
+
+def test_every_prebuilt_geometry_compiles_on_a_target_of_each_feature_set(compiled):
+    """The fixture compiled every (variant, geometry) of the tables on the representatives; none is missing."""
+    reps = _representatives()
+    if not reps:
+        pytest.skip("no CUDA target is buildable here")
+    for name in reps:
+        t = TABLE[name]
+        want = {f"{v}_{g.head_dim}_{g.group}.cu" for v in t.all_variants for g in t.geometries}
+        have = {f for (n, f), p in compiled.items() if n == name and p.returncode == 0}
+        assert want <= have, f"{name}: not compiled: {sorted(want - have)}"
 
 
 def test_sm70_needs_a_cuda12_toolkit():

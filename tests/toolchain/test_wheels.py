@@ -3,8 +3,10 @@ contents, byte-identical rebuilds, the size budget, and an install into a fresh 
 `--no-index` where `strata-kernels explain` lists the plugin wheel's targets until it is uninstalled."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from strata_kernels import __version__, toolchains, wheel
+from strata_kernels import __version__, targets, toolchains, wheel
 
 pytestmark = pytest.mark.toolchain
 
@@ -30,10 +32,46 @@ def _need_nvcc13():
         pytest.skip(f"the cuda13 family needs a CUDA 13 nvcc: {tc.reason or tc.version}")
 
 
+@contextlib.contextmanager
+def _first_geometry_tables(tmp: Path):
+    """The tables with each CUDA target at its first geometry only, (256, 12), through STRATA_KERNELS_DATA.
+
+    The wheel tests check packaging (contents, tags, reproducibility, the budget refusal, an install); compiling the
+    family at all 8 prebuilt geometries would take ~9 targets x 8 x 22 CPU s, a quarter of an hour on the 2-core CI
+    machine. The prebuilt geometries are compiled by test_cuda_compile.py (one target per feature set), and the
+    shipped family's size budget is enforced by `strata-kernels wheel` itself in every CI matrix job."""
+    src = targets.data_root()
+    data = tmp / "first-geometry-data"
+    if not data.exists():
+        (data / "backends").mkdir(parents=True)
+        (data / "templates").symlink_to(src / "templates")
+        for table in (src / "backends").glob("*.toml"):
+            text = table.read_text()
+            if table.name == "cuda.toml":
+                text, n = re.subn(r"(?ms)^geometries = \[\n.*?^\]\n",
+                                  "geometries = [{ head_dim = 256, group = 12 }]\n", text)
+                assert n == 1, "backends/cuda.toml: expected one multi-line [defaults] geometries list"
+            (data / "backends" / table.name).write_text(text)
+    old = os.environ.get("STRATA_KERNELS_DATA")
+    os.environ["STRATA_KERNELS_DATA"] = str(data)
+    targets.all_targets.cache_clear()
+    try:
+        assert {g for t in targets.all_targets().values() if t.backend.name == "cuda" for g in t.geometries} \
+            == {targets.Geometry(256, 12)}
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("STRATA_KERNELS_DATA", None)
+        else:
+            os.environ["STRATA_KERNELS_DATA"] = old
+        targets.all_targets.cache_clear()
+
+
 def _wheel(family: str, out: Path, build_dir: Path, targets: str | None = None) -> wheel.WheelResult:
     lines: list[str] = []
-    res = wheel.build_family_wheel(family, out, targets=targets, build_dir=build_dir, jobs=os.cpu_count(),
-                                   log=lines.append)
+    with _first_geometry_tables(build_dir.parent):
+        res = wheel.build_family_wheel(family, out, targets=targets, build_dir=build_dir, jobs=os.cpu_count(),
+                                       log=lines.append)
     assert res.wheel is not None, "\n".join(lines[-20:])
     return res
 
@@ -112,7 +150,8 @@ def test_a_family_past_its_budget_is_refused(tmp_path, monkeypatch, cuda13_famil
     from strata_kernels.errors import BuildError
     monkeypatch.setitem(wheel.TARGET_BUDGET_MB, "cuda", 0.5)
     # sm_89 in the family's build directory: the refusal is under test, not the compiler (CI time)
-    with pytest.raises(BuildError, match=r"over its size budget: sm_89 is 0\.\d\d MB \(budget 0\.5 MB\)"):
+    with pytest.raises(BuildError, match=r"over its size budget: sm_89 is 0\.\d\d MB \(budget 0\.5 MB\)"), \
+            _first_geometry_tables(cuda13_build_dir.parent):
         wheel.build_family_wheel("cuda13", tmp_path / "dist", targets="sm_89", build_dir=cuda13_build_dir,
                                  log=lambda m: None)
     assert not list((tmp_path / "dist").glob("*.whl"))

@@ -49,14 +49,14 @@ def test_tables_and_the_command_line_share_one_rule(tmp_path):
 
 def test_extra_plugin_holds_only_what_the_table_lacks(table):
     sel = targets.Selection(table["sm_90"], False)
-    wanted = geometry.parse("256x12,128x4,128x8")
+    wanted = geometry.parse("256x12,128x4,128x6,64x8")  # the table ships 256x12 and 128x4, not 128x6 or 64x8
     both = build.with_geometries([sel], wanted, table_plugins=True, log=lambda s: None)
-    assert [s.plugin for s in both] == ["sm_90", "sm_90-128x4-128x8"]
+    assert [s.plugin for s in both] == ["sm_90", "sm_90-128x6-64x8"]
     extra = both[1]
     assert extra.extra and extra.target.name == "sm_90"
-    assert extra.target.geometries == (Geometry(128, 4), Geometry(128, 8))
+    assert extra.target.geometries == (Geometry(128, 6), Geometry(64, 8))
     only = build.with_geometries([sel], wanted, table_plugins=False, log=lambda s: None)
-    assert [s.plugin for s in only] == ["sm_90-128x4-128x8"]
+    assert [s.plugin for s in only] == ["sm_90-128x6-64x8"]
     logs = []
     assert build.with_geometries([sel], geometry.parse("256x12"), table_plugins=False, log=logs.append) == []
     assert "already has 256x12" in logs[0] and "strata-kernels build --targets sm_90" in logs[0]
@@ -64,15 +64,15 @@ def test_extra_plugin_holds_only_what_the_table_lacks(table):
 
 def test_extra_plugin_renders_beside_the_table_plugin(tmp_path, table):
     sel = targets.Selection(table["sm_90"], False)
-    sels = build.with_geometries([sel], geometry.parse("128x4"), table_plugins=True, log=lambda s: None)
+    sels = build.with_geometries([sel], geometry.parse("128x6"), table_plugins=True, log=lambda s: None)
     base, extra = codegen.generate(sels, tmp_path)
-    assert base.directory == tmp_path / "sm_90" and extra.directory == tmp_path / "sm_90-128x4"
+    assert base.directory == tmp_path / "sm_90" and extra.directory == tmp_path / "sm_90-128x6"
     names = sorted(p.name for p in extra.directory.iterdir())
-    assert "v2_128_4.cu" in names and not [n for n in names if "_256_12" in n]
+    assert "v2_128_6.cu" in names and not [n for n in names if "_256_12" in n or "_128_4" in n]
     m = json.loads((extra.directory / "manifest.json").read_text())
-    assert m["target"] == "sm_90" and m["geometries"] == [{"head_dim": 128, "group": 4}]
+    assert m["target"] == "sm_90" and m["geometries"] == [{"head_dim": 128, "group": 6}]
     cmake = (tmp_path / "CMakeLists.txt").read_text()
-    assert "add_library(strata_sm_90 " in cmake and "add_library(strata_sm_90-128x4 " in cmake
+    assert "add_library(strata_sm_90 " in cmake and "add_library(strata_sm_90-128x6 " in cmake
 
 
 def test_generate_and_build_refuse_a_geometry_the_kernels_do_not_take(tmp_path, capsys):
