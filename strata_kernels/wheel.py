@@ -43,8 +43,13 @@ ENTRY_POINT_GROUP = "strata_kernels.plugins"
 # 13.0, each pair adds 0.21 MB to sm_90's plugin (0.95 -> 2.19 MB at 7 pairs) and 0.27 MB to sm_80's, which also
 # carries compute_80 PTX (1.00 -> 2.92 MB at 8 pairs): cuda 1.6 -> 3.2 MB per target, cuda13 10 -> 24 MB (about
 # 20.5 MB estimated from those two for its nine targets), cuda12 8 -> 14 MB (about 12 MB for its six).
-FAMILY_BUDGET_MB = {"cuda13": 24.0, "cuda12": 14.0, "rocm": 6.0, "sycl": 2.0}
+# cuda12 measured (strata-kernels wheel --family cuda12, all 8 pairs, 2026-12-01): 24.62 MB of plugins: sm_70 1.57,
+# sm_75 1.66, sm_80 9.36 (9.16 MB of it device code: its compute_80 PTX travels as text), sm_86/89 3.48, sm_90 5.07.
+# Its device code sits in the plugin's own uncompressed container (PyPI has no fatbinary to compress it as nvcc's
+# fatbins are), hence 10 MB per cuda12 target and 26 MB for the family.
+FAMILY_BUDGET_MB = {"cuda13": 24.0, "cuda12": 26.0, "rocm": 6.0, "sycl": 2.0}
 TARGET_BUDGET_MB = {"cuda": 3.2, "hip": 1.5, "sycl": 1.5}
+FAMILY_TARGET_BUDGET_MB = {"cuda12": 10.0}  # a family's own per-target budget, where it differs from its backend's
 
 
 # ------------------------------------------------------------------------------------------------ families
@@ -325,8 +330,10 @@ def build_family_wheel(family: str, out: Path, *, targets: str | None = None, bu
 
 
 def _check_budget(family: str, report: dict, backends: dict[str, str]) -> None:
-    over = [f"{r['target']} is {r['plugin_bytes'] / 1e6:.2f} MB (budget {TARGET_BUDGET_MB[backends[r['target']]]} MB)"
-            for r in report["targets"] if r["plugin_bytes"] / 1e6 > TARGET_BUDGET_MB.get(backends[r["target"]], 1e9)]
+    def budget(target: str) -> float:
+        return FAMILY_TARGET_BUDGET_MB.get(family, TARGET_BUDGET_MB.get(backends[target], 1e9))
+    over = [f"{r['target']} is {r['plugin_bytes'] / 1e6:.2f} MB (budget {budget(r['target'])} MB)"
+            for r in report["targets"] if r["plugin_bytes"] / 1e6 > budget(r["target"])]
     total = report["plugin_bytes_total"] / 1e6
     if total > FAMILY_BUDGET_MB.get(family, 1e9):
         over.append(f"the family's plugins are {total:.2f} MB (budget {FAMILY_BUDGET_MB[family]} MB)")

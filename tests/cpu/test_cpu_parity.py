@@ -130,11 +130,11 @@ def test_parity_output_prints_each_case_once_with_its_rule_and_a_legend(sk, caps
     lines = out.splitlines()
     case_lines = [l for l in lines if re.match(r"(PASS|FAIL|SKIP) +case ", l)]
     assert len([l for l in case_lines if " case 1 " in l]) == 1 and len([l for l in case_lines if " case 6 " in l]) == 1
-    assert sum(" case 12" in l for l in case_lines) == 4, out                    # its four shapes, each once
+    assert sum(" case 12" in l for l in case_lines) == 16, out    # its four shapes in each of the four formats, once
     assert all("must be <= 1e-05" in l for l in case_lines if l.startswith("PASS")), out
     assert "Each line:" in out and "SKIP fallback:" in out and "docs/verification.md" in out
     assert "x faster" not in out and "new vs old" not in out and "speed-up" not in out
-    assert lines[-1].startswith("PASSED: 2 ") and "SKIPPED (not applicable): 4" in lines[-1]
+    assert lines[-1].startswith("PASSED: 2 ") and "SKIPPED (not applicable): 16" in lines[-1]
 
 
 def test_quick_is_small():
