@@ -54,9 +54,10 @@ def test_two_probed_devices_each_get_their_own_choice(installed, monkeypatch, ta
     assert resolve.resolution_for("cuda", 1).chosen.plugin.target == "sm_80"
     blocks = _blocks(resolve.explain())
     assert sorted(blocks) == ["cpu:0", "cuda:0", "cuda:1"]
-    assert blocks["cuda:0"].startswith("cuda:0 sm_90 (NVIDIA H200") and "=> chosen: sm_90 by exact SASS" in blocks["cuda:0"]
-    assert blocks["cuda:1"].startswith("cuda:1 sm_80 (NVIDIA A100") and "=> chosen: sm_80 by exact SASS" in blocks["cuda:1"]
-    with pytest.raises(strata_kernels.Unsupported, match=r"no cuda device 2 here \(devices seen: cpu:0, cuda:0, cuda:1\)"):
+    for label, arch, name in (("cuda:0", "sm_90", "NVIDIA H200"), ("cuda:1", "sm_80", "NVIDIA A100")):
+        assert blocks[label].startswith(f"{label} {arch} ({name}")
+        assert f"=> chosen: {arch} by exact SASS {arch} (" in blocks[label]
+    with pytest.raises(strata_kernels.Unsupported, match=r"no cuda device 2 here \(devices seen: cpu:0, cuda:0"):
         resolve.resolution_for("cuda", 2)
 
 
