@@ -231,6 +231,8 @@ class Plan:
     ``workspace_floats`` on the device, which plans used on one stream may share): use a plan on one stream at a time.
     """
 
+    _plain = False      # True for the plain calls' cached plans (made by _new_plan)
+
     def __init__(self, kv: Any, op: str = "decode", max_queries: int = 1, cap: int = 2048,
                  variant: str | None = None, *, n_head: int | None = None, workspace: Any = None,
                  _per_call_scratch: bool = False):
@@ -452,7 +454,14 @@ class Plan:
         return out
 
     def _mismatch(self, q, ids, width, out, kvargs=None):
-        """Say precisely what differs: the full argument checks first, then the plan's own facts."""
+        """Say precisely what differs: for a caller's plan, arrays on another device first (the plan's KV cache is
+        not an argument of run, so "kv: expected the same device as q" would blame what the caller did not pass);
+        then the full argument checks, then the plan's own facts."""
+        if (not self._plain and self.kv is not None and hasattr(q, "shape") and hasattr(q, "dtype")
+                and A.device(q) != self.device):
+            raise ValueError(f"q: this plan was made for {self.device[0]}:{self.device[1]} (its KV cache's device), "
+                             f"got {A.describe(q)}; a plan runs on one device: make one per device, with sk.plan on "
+                             f"that device's KV cache")
         c = _ops._check_call(q, self._kv_for(kvargs), ids, width, _OPS[self.op])
         _ops._check_out(out, c) if out is not None else None
         if c.n_head != self.n_head:
@@ -590,6 +599,7 @@ def _new_plan(op, q, kv, ids, width, variant, out, key, cache: dict | None = Non
     p = Plan(kv, "prompt" if op == _ops._OP_PROMPT else "decode", c.n_q, c.cap, variant, n_head=c.n_head,
              workspace=None if per_call else _Shared(c.device, key[-1], q, scratch == "outside"),
              _per_call_scratch=per_call)
+    p._plain = True
     cache = _PLANS if cache is None else cache
     with _PLANS_LOCK:
         if len(cache) >= _PLAIN_PLANS:
