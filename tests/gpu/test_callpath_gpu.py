@@ -125,7 +125,7 @@ def _fresh_inputs(torch, n_q, ctx):
     return fresh
 
 
-@pytest.mark.parametrize("op,variant", [("decode", None), ("decode", "split"), ("prompt", None),
+@pytest.mark.parametrize("op,variant", [("decode", None), ("decode", "split"), ("decode", "flash"), ("prompt", None),
                                         ("prompt", "fp32")])
 @pytest.mark.parametrize("how", ["plan", "plain"])
 def test_cuda_graph_capture_and_replay_equal_eager(torch_cuda, op, variant, how):
