@@ -83,8 +83,9 @@ def test_device_code_is_sass_of_the_target_and_ptx_only_where_asked(cuda12):
     for t in TARGETS:
         sm = int(t[3:])
         containers = _containers(plugins / f"libstrata_{t}.so")
-        variants = read_manifest(plugins / f"libstrata_{t}.so")["variants"]
-        assert len(containers) == len(variants), f"{t}: one device-code container per kernel source"
+        manifest = read_manifest(plugins / f"libstrata_{t}.so")
+        sources = len(manifest["variants"]) * len(manifest["geometries"])  # one per (variant, geometry)
+        assert len(containers) == sources, f"{t}: one device-code container per kernel source"
         for entries in containers:
             cubins = [d for kind, s, d in entries if kind == devcode.CUBIN]
             assert len(cubins) == 1 and cubin_arch(cubins[0]) == sm, f"{t}: the cubin is not sm_{sm} SASS"
