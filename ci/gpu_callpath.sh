@@ -40,15 +40,8 @@ if has overhead; then
 fi
 if has sanitize; then
   if command -v compute-sanitizer >/dev/null; then
-    : > "$OUT/sanitizer.txt"
-    for tool in memcheck racecheck; do
-      timeout ${SANITIZER_TIMEOUT:-100} compute-sanitizer --tool $tool --error-exitcode 9 \
-        python3 ci/sanitize_callpath.py > "$OUT/sanitizer_$tool.txt" 2>&1
-      rc=$?; status=$(( status | rc ))
-      echo "compute-sanitizer $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitizer workload' \
-        "$OUT/sanitizer_$tool.txt" | tr '\n' ' ')" | tee -a "$OUT/sanitizer.txt"
-      [ $rc = 0 ] || tail -n 25 "$OUT/sanitizer_$tool.txt"
-    done
+    . ci/sanitize.sh
+    run_sanitizers ${SANITIZER_TIMEOUT:-100} python3 ci/sanitize_callpath.py; status=$(( status | $? ))
   else
     echo "compute-sanitizer: not found on PATH (stage sanitize not run)" | tee "$OUT/sanitizer.txt"; status=1
   fi

@@ -49,12 +49,9 @@ if has parity; then
   tail -n 25 "$OUT/parity_grouped.txt"
 fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck; do
-    timeout ${SANITIZER_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-      python3 ci/sanitize_case.py ${SANITIZE_VARIANTS:-grouped} > "$OUT/sanitizer_$tool.txt" 2>&1
-    rc=$?; status=$(( status | rc ))
-    echo "compute-sanitizer $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitizer workload' "$OUT/sanitizer_$tool.txt" | tr '\n' ' ')" | tee -a "$OUT/sanitizer.txt"
-  done
+  . ci/sanitize.sh
+  run_sanitizers ${SANITIZER_TIMEOUT:-150} python3 ci/sanitize_case.py ${SANITIZE_VARIANTS:-grouped}
+  status=$(( status | $? ))
 fi
 if has ncu && command -v ncu >/dev/null; then
   cat > /tmp/ncu_case.py <<'EOF'
