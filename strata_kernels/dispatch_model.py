@@ -43,8 +43,8 @@ SPLIT_DEFAULT_QUERIES = (3, 16)
 SPLIT_DEFAULT_MIN_CAP = 1280
 
 
-def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int = 1,
-               cap: int | None = None, variants: Sequence[str] = ("split",)) -> tuple[str, str]:
+def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap: int | None,
+               variants: Sequence[str]) -> tuple[str, str]:
     if op == "decode":
         if _flag(env, "STRATA_QSA_SPLIT_ATTN") and fmt == "int8" and cc >= 80:
             return "split", "STRATA_QSA_SPLIT_ATTN=1, INT8, sm_80+: the split decode"
