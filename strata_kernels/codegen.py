@@ -105,7 +105,7 @@ def _toolkit_driver(version: str | None) -> int:
 
 def build_manifest(target: Target, ptx: bool, toolchain: dict, flags: list[str], thash: str) -> dict:
     backend = target.backend.name
-    sass = [f"sm_{target.arch}"] if backend == "cuda" else []
+    sass = [f"sm_{target.sass_arch}"] if backend == "cuda" else []
     return {
         "abi_version": ABI_VERSION,
         "package_version": __version__,
@@ -140,8 +140,10 @@ def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | N
     env = environment(root)
     toolchain = toolchain or {"name": target.backend.toolchain, "version": None}
     if toolchain.get("name") == DRIVER_TOOLCHAIN:
+        # clang + ptxas build plain sm_XY code: no arch-specific (sm_90a) features
         target = replace(target, variants=tuple(v for v in target.variants if v not in DRIVER_UNVERIFIED),
-                         test_variants=tuple(v for v in target.test_variants if v not in DRIVER_UNVERIFIED))
+                         test_variants=tuple(v for v in target.test_variants if v not in DRIVER_UNVERIFIED),
+                         features=tuple(f for f in target.features if f != "wgmma"))
     flags = list(flags or [])
     thash = template_hash(target, root)
     manifest = build_manifest(target, ptx, toolchain, flags, thash)
@@ -199,7 +201,7 @@ def render_cmake(rendered: list[RenderedTarget], gen_dir: Path, *, loader: dict 
     for r in rendered:
         t = r.target
         targets.append({
-            "name": r.name, "backend": t.backend.name, "arch": t.arch, "ptx": r.ptx,
+            "name": r.name, "backend": t.backend.name, "arch": t.arch, "sass_arch": t.sass_arch, "ptx": r.ptx,
             "sources": [p.relative_to(gen_dir).as_posix() for p in r.sources],
             "flags": r.flags, "cflags": list(t.cflags), "hip": (hip or {}).get(r.name),
             "sycl": (sycl or {}).get(r.name), "driver": (driver or {}).get(r.name),

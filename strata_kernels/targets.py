@@ -84,6 +84,14 @@ class Target:
     cflags: tuple[str, ...] = ()
 
     @property
+    def sass_arch(self) -> str | None:
+        """The arch nvcc compiles SASS for: '90a' where the table gives the `wgmma` feature (sm_90a code runs only on
+        compute capability 9.0, which the resolver knows from the manifest's 'sm_90a'), else the table's arch."""
+        if self.backend.name == "cuda" and "wgmma" in self.features:
+            return f"{self.arch}a"
+        return self.arch
+
+    @property
     def all_variants(self) -> tuple[str, ...]:
         """Dispatched variants first, then the test-only ones (docs/variants.md)."""
         return self.variants + tuple(v for v in self.test_variants if v not in self.variants)
