@@ -97,3 +97,18 @@ def test_cuda12_driver_plugins_leave_out_the_variants_that_faulted(tmp_path, tab
     assert set(r.manifest["variants"]).isdisjoint(codegen.DRIVER_UNVERIFIED)
     full = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path / "nvcc")
     assert {"v2", "split", "grouped"} <= set(full.manifest["variants"])
+
+
+def test_warp_max_goes_through_the_one_helper(tmp_path, table):
+    # clang 19/20 emit __reduce_max_sync with its mask and value swapped (the illegal instruction of v2, split and
+    # grouped on the H200): only strata::warp_max_u32, whose clang branch shuffles instead, may call it.
+    r = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path)
+    users = set()
+    for src in r.sources:
+        text = src.read_text()
+        assert text.count("__reduce_max_sync(") == text.count("uint32_t warp_max_u32(uint32_t v)"), src.name
+        if "strata::warp_max_u32(" in text:
+            users.add(src.name.split("_256_")[0])
+    assert {"v2", "split", "grouped"} <= users
+    assert "defined(__clang__) && defined(__CUDA__) && !defined(__NVCC__)" in r.directory.joinpath(
+        "v2_256_12.cu").read_text()
