@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -132,6 +132,7 @@ def _key(selections: list[Selection], tcs: dict, loader: dict | None, root: Path
         "version": __version__,
         "targets": [[s.plugin, s.ptx, [g.tag for g in s.target.geometries]] for s in selections],
         "toolchains": {k: v.as_dict() for k, v in sorted(tcs.items())},
+        "driver_left_out": codegen.driver_left_out(),
         "loader": loader,
         "python": sys.executable,
     }, sort_keys=True).encode())
@@ -177,6 +178,31 @@ def _run_streamed(cmd: list[str], cwd: Path, log: Log, env: dict | None = None, 
     rc = proc.wait()
     if rc != 0:
         raise BuildError(f"{' '.join(cmd[:2])} failed (exit {rc}); last output:\n" + "\n".join(tail))
+
+
+ONLY_GEOMETRIES_ENV = "STRATA_ONLY_GEOMETRIES"
+
+
+def only_geometries(selections: list[Selection], spec: str | None, *, log: Log = print) -> list[Selection]:
+    """``STRATA_ONLY_GEOMETRIES`` (``"256x12"``): each table plugin with only those of its table's geometries, for a
+    quick build (a test, a device probe). The plugin keeps its name; its manifest lists the geometries it holds."""
+    if not spec:
+        return selections
+    try:
+        wanted = parse_geometries(spec)
+    except ValueError as e:
+        raise BuildError(f"{ONLY_GEOMETRIES_ENV}={spec!r}: {e}") from None
+    out = []
+    for sel in selections:
+        keep = tuple(g for g in sel.target.geometries if g in wanted)
+        if not keep:
+            raise BuildError(f"{ONLY_GEOMETRIES_ENV}={spec!r} names none of {sel.target.name}'s geometries "
+                             f"({', '.join(g.tag for g in sel.target.geometries)}); unset it, or build another "
+                             f"geometry with `strata-kernels build --geometries`")
+        if len(keep) < len(sel.target.geometries):
+            log(f"strata-kernels: {sel.target.name}: only {', '.join(g.tag for g in keep)} ({ONLY_GEOMETRIES_ENV})")
+        out.append(replace(sel, target=replace(sel.target, geometries=keep)))
+    return out
 
 
 def with_geometries(selections: list[Selection], geometries: "str | tuple[Geometry, ...] | None", *,
@@ -225,6 +251,7 @@ def build(spec: str | None = None, *, build_dir: Path | None = None, install_dir
         for note in notes:
             log(f"strata-kernels: {note}")
     selections = parse_target_list(spec, all_targets(), native=native)
+    selections = only_geometries(selections, os.environ.get(ONLY_GEOMETRIES_ENV), log=log)
     selections = with_geometries(selections, geometries, table_plugins=table_plugins, log=log)
     build_dir = Path(build_dir or default_build_dir()).resolve()
     install_dir = Path(install_dir or default_install_dir()).resolve()

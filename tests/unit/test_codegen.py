@@ -88,8 +88,9 @@ def test_manifest_records_ptx_and_driver_floor(tmp_path, table):
     assert r.manifest["gfx"] == ["gfx1100"] and r.manifest["sass"] == []
 
 
-def test_cuda12_driver_plugins_leave_out_the_variants_that_faulted(tmp_path, table):
+def test_cuda12_driver_plugins_leave_out_the_variants_that_faulted(tmp_path, table, monkeypatch):
     # ci/cuda12_probe.py on the H200: v2, split and grouped built by clang stop with an illegal instruction.
+    monkeypatch.delenv(codegen.ALL_VARIANTS_ENV, raising=False)
     r = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path,
                               toolchain={"name": codegen.DRIVER_TOOLCHAIN, "version": "12.9"})
     names = {p.name.split("_256_")[0] for p in r.sources if "_256_" in p.name}
@@ -97,3 +98,29 @@ def test_cuda12_driver_plugins_leave_out_the_variants_that_faulted(tmp_path, tab
     assert set(r.manifest["variants"]).isdisjoint(codegen.DRIVER_UNVERIFIED)
     full = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path / "nvcc")
     assert {"v2", "split", "grouped"} <= set(full.manifest["variants"])
+
+
+def test_cuda12_driver_plugin_for_a_device_probe_keeps_every_variant(tmp_path, table, monkeypatch):
+    # STRATA_DRIVER_ALL_VARIANTS=1 (ci/gpu_cuda12.sh's probe build); any other value keeps the default.
+    driver = {"name": codegen.DRIVER_TOOLCHAIN, "version": "12.9"}
+    monkeypatch.setenv(codegen.ALL_VARIANTS_ENV, "0")
+    assert codegen.driver_left_out() == codegen.DRIVER_UNVERIFIED
+    monkeypatch.setenv(codegen.ALL_VARIANTS_ENV, "1")
+    r = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path, toolchain=driver)
+    assert r.manifest["variants"] == list(table["sm_90"].all_variants)
+    assert (r.directory / "v2_256_12.cu").is_file() and (r.directory / "driver_api.cpp").is_file()
+
+
+def test_warp_max_goes_through_the_one_helper(tmp_path, table):
+    # clang 19/20 emit __reduce_max_sync with its mask and value swapped (the illegal instruction of v2, split and
+    # grouped on the H200): only strata::warp_max_u32, whose clang branch shuffles instead, may call it.
+    r = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path)
+    users = set()
+    for src in r.sources:
+        text = src.read_text()
+        assert text.count("__reduce_max_sync(") == text.count("uint32_t warp_max_u32(uint32_t v)"), src.name
+        if "strata::warp_max_u32(" in text:
+            users.add(src.name.split("_256_")[0])
+    assert {"v2", "split", "grouped"} <= users
+    assert "defined(__clang__) && defined(__CUDA__) && !defined(__NVCC__)" in r.directory.joinpath(
+        "v2_256_12.cu").read_text()

@@ -62,6 +62,22 @@ def test_extra_plugin_holds_only_what_the_table_lacks(table):
     assert "already has 256x12" in logs[0] and "strata-kernels build --targets sm_90" in logs[0]
 
 
+def test_only_geometries_keeps_only_those_of_each_table(table):
+    # A quick build (STRATA_ONLY_GEOMETRIES=256x12): the table plugins keep their names and hold only the pairs asked
+    # for.
+    sels = [targets.Selection(table["cpu"], False), targets.Selection(table["sm_90"], False)]
+    logs = []
+    quick = build.only_geometries(sels, "256x12", log=logs.append)
+    assert [s.plugin for s in quick] == ["cpu", "sm_90"] and not any(s.extra for s in quick)
+    assert all(s.target.geometries == (Geometry(256, 12),) for s in quick)
+    assert "strata-kernels: sm_90: only 256x12 (STRATA_ONLY_GEOMETRIES)" in logs
+    assert build.only_geometries(sels, None) == sels and build.only_geometries(sels, "") == sels
+    with pytest.raises(build.BuildError, match="names none of sm_90's geometries.*--geometries"):
+        build.only_geometries(sels[1:], "128x6")
+    with pytest.raises(build.BuildError, match="STRATA_ONLY_GEOMETRIES='96x4'.*head_dim 96 is not allowed"):
+        build.only_geometries(sels, "96x4")
+
+
 def test_extra_plugin_renders_beside_the_table_plugin(tmp_path, table):
     sel = targets.Selection(table["sm_90"], False)
     sels = build.with_geometries([sel], geometry.parse("128x6"), table_plugins=True, log=lambda s: None)
