@@ -9,7 +9,7 @@
 #           it); then its parity test (--reps 1)
 # The H200 has no PyPI CUDA 12 packages, so the cuda12 plugin is built on the CPU machine (every variant, 256x12 only:
 # ~30 s on 2 cores) and carried:
-#   STRATA_DRIVER_ALL_VARIANTS=1 STRATA_ONLY_GEOMETRIES=256x12 python -m strata_kernels wheel --family cuda12 \
+#   STRATA_ONLY_GEOMETRIES=256x12 python -m strata_kernels wheel --family cuda12 \
 #       --targets sm_90 --out /tmp/w \
 #     && mkdir -p dist-cuda12 && unzip -o -j /tmp/w/strata_kernels_cuda12-*.whl 'strata_kernels_cuda12/libstrata_sm_90.so' -d dist-cuda12
 # carry: dist-cuda12 (git-ignored) and strata_kernels/_loader.abi3.so (built for the device's Python 3.12; without it
