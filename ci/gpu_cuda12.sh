@@ -16,8 +16,8 @@
 # the loader and the CPU plugin are built here first, ~1 min).
 # Usage: [STAGES="probe parity ptx"] bash ci/gpu_cuda12.sh   -> under $OUT: env.txt, probe.txt/.json, parity_cuda12.*,
 #   ptx_build.txt, ptx_env.txt, parity_ptx.*, *_table.md. Each stage has its own timeout and all end by DEADLINE_S
-#   (default 500 s; the device tool stops a command at 600 s). Planned on the H200 (16 cores; estimated, not yet run):
-#   probe ~1 min, parity ~1 min, ptx build ~1.5 min beside them (MAX_JOBS=16), ptx parity ~1.5 min with the JIT.
+#   (default 500 s; the device tool stops a command at 600 s). On the H200 all three stages took 85 s in all
+#   (docs/results/2026-12-01-h200-cuda12/run2).
 # A parity run that ends without its JSON (a kernel that faults takes its process's CUDA context with it) is repeated
 # one variant per process, so each variant gets its own verdict. Exit status: 0 when every stage run passed.
 set -uo pipefail
