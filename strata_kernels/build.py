@@ -132,7 +132,6 @@ def _key(selections: list[Selection], tcs: dict, loader: dict | None, root: Path
         "version": __version__,
         "targets": [[s.plugin, s.ptx, [g.tag for g in s.target.geometries]] for s in selections],
         "toolchains": {k: v.as_dict() for k, v in sorted(tcs.items())},
-        "driver_left_out": codegen.driver_left_out(),
         "loader": loader,
         "python": sys.executable,
     }, sort_keys=True).encode())

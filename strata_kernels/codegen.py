@@ -8,11 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import platform
 import struct
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -23,13 +22,6 @@ from .errors import BuildError
 from .targets import Selection, Target, package_root, template_for, templates_dir
 
 DRIVER_TOOLCHAIN = "cuda12-driver"  # toolchains.cuda12_driver: kernels launched through the plugin's driver-API layer
-# Variants left out of the cuda12-driver plugins: on the H200 (ci/cuda12_probe.py, 2026-12-01) their clang-built
-# kernels stop with CUDA_ERROR_ILLEGAL_INSTRUCTION, while fp32, v1, imma and flash run and give finite results. The
-# dispatcher then runs its fallback (docs/variants.md) instead of a kernel that faults. The cause, from the PTX: clang's
-# __reduce_max_sync (common/mma.inc.j2's warp_max_u32 now avoids it); they stay out until a device has run them.
-DRIVER_UNVERIFIED = ("v2", "v2t", "split", "grouped")
-# STRATA_DRIVER_ALL_VARIANTS=1 keeps them, for a plugin that probes them on a device (ci/gpu_cuda12.sh); not for wheels.
-ALL_VARIANTS_ENV = "STRATA_DRIVER_ALL_VARIANTS"
 _COMMENT = {".cpp": "//", ".cu": "//", ".hip": "//", ".h": "//", ".txt": "#", ".cmake": "#"}
 
 
@@ -47,11 +39,6 @@ class RenderedTarget:
     @property
     def name(self) -> str:
         return self.plugin or self.target.name
-
-
-def driver_left_out() -> tuple[str, ...]:
-    """The variants a cuda12-driver plugin leaves out: DRIVER_UNVERIFIED, or none with STRATA_DRIVER_ALL_VARIANTS=1."""
-    return () if os.environ.get(ALL_VARIANTS_ENV, "") == "1" else DRIVER_UNVERIFIED
 
 
 def environment(root: Path | None = None) -> jinja2.Environment:
@@ -148,11 +135,8 @@ def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | N
     root = root or templates_dir()
     env = environment(root)
     toolchain = toolchain or {"name": target.backend.toolchain, "version": None}
-    if toolchain.get("name") == DRIVER_TOOLCHAIN:
-        left_out = driver_left_out()
-        target = replace(target, variants=tuple(v for v in target.variants if v not in left_out),
-                         test_variants=tuple(v for v in target.test_variants if v not in left_out),
-                         features=tuple(f for f in target.features if f != "wgmma"))  # clang + ptxas: plain sm_XY code
+    if toolchain.get("name") == DRIVER_TOOLCHAIN:  # clang + ptxas build plain sm_XY code: no sm_90a features
+        target = replace(target, features=tuple(f for f in target.features if f != "wgmma"))
     flags = list(flags or [])
     thash = template_hash(target, root)
     manifest = build_manifest(target, ptx, toolchain, flags, thash)

@@ -43,8 +43,7 @@ SPLIT_DEFAULT_QUERIES = (3, 16)
 SPLIT_DEFAULT_MIN_CAP = 1280
 
 
-def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap: int | None,
-               variants: Sequence[str]) -> tuple[str, str]:
+def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap: int | None) -> tuple[str, str]:
     if op == "decode":
         if _flag(env, "STRATA_QSA_SPLIT_ATTN") and fmt == "int8" and cc >= 80:
             return "split", "STRATA_QSA_SPLIT_ATTN=1, INT8, sm_80+: the split decode"
@@ -56,8 +55,7 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap
         if env.get("STRATA_DECODE_FLASH", "")[:1] == "0":
             return "fp32", "STRATA_DECODE_FLASH=0: chunk + merge"
         lo, hi = SPLIT_DEFAULT_QUERIES
-        if (cc >= 80 and fmt == "int8" and lo <= n_q <= hi and (cap is None or cap >= SPLIT_DEFAULT_MIN_CAP)
-                and "split" in variants):
+        if cc >= 80 and fmt == "int8" and lo <= n_q <= hi and (cap is None or cap >= SPLIT_DEFAULT_MIN_CAP):
             return "split", (f"INT8 on sm_80+ with {lo}..{hi} queries: the split decode (measured fastest there; "
                              f"flash elsewhere)")
         if cc >= 80:
@@ -186,7 +184,7 @@ def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
             return "fp32_lanecell", "SYCL, STRATA_ATTN_LANECELL=1: the lane-per-cell chunk kernel"
         return "fp32", "SYCL: chunk + merge"
     if kind == "cuda":
-        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, cap, variants)
+        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, cap)
         if wish not in variants or _runnable(wish, kind, arch, fmt, op):
             return "fp32", f"{reason}; '{wish}' is not in the plugin, so the FP32 chunk + merge algorithm runs"
         return wish, reason

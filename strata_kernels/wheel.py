@@ -50,9 +50,14 @@ ENTRY_POINT_GROUP = "strata_kernels.plugins"
 # cuda13 measured the same way (nvcc 13.0, all 8 pairs, 2026-12-01): 23.50 MB: sm_80 3.68 and sm_120 3.57 (the two
 # that carry PTX), sm_90 2.82, sm_100/103/110 2.47-2.48, sm_86/89 2.32, sm_75 1.35: so 4.0 MB per CUDA target and
 # 26 MB for cuda13 (10 % above the measure).
-FAMILY_BUDGET_MB = {"cuda13": 26.0, "cuda12": 26.0, "rocm": 6.0, "sycl": 2.0}
+# The 24.62 MB above had v2, v2t, split and grouped left out of the cuda12 plugins; with every variant of the table
+# again (the H200 ran them, docs/results/2026-12-01-h200-cuda12/run2), measured the same way (clang 19 + ptxas 12.9,
+# all 8 pairs, 2026-12-01): 35.79 MB: sm_80 14.11 (5.10 MB SASS, 8.75 MB its compute_80 PTX as text), sm_90 7.41,
+# sm_86/89 5.30, sm_75 2.10, sm_70 1.57; the wheel 9.36 MB compressed. So 16 MB per cuda12 target and 40 MB for the
+# family (12-13 % above the measure).
+FAMILY_BUDGET_MB = {"cuda13": 26.0, "cuda12": 40.0, "rocm": 6.0, "sycl": 2.0}
 TARGET_BUDGET_MB = {"cuda": 4.0, "hip": 1.5, "sycl": 1.5}
-FAMILY_TARGET_BUDGET_MB = {"cuda12": 10.0}  # a family's own per-target budget, where it differs from its backend's
+FAMILY_TARGET_BUDGET_MB = {"cuda12": 16.0}  # a family's own per-target budget, where it differs from its backend's
 
 
 # ------------------------------------------------------------------------------------------------ families

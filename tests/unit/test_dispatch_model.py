@@ -128,8 +128,6 @@ def test_explain_simulate_names_plugin_and_variant(monkeypatch):
     assert text.count("int8 wmma ") == 1  # gfx1030 is outside the WMMA gate
 
 
-def test_int8_decode_takes_flash_where_the_plugin_has_no_split():
-    held = [v for v in variants("sm_90") if v not in ("v2", "v2t", "split", "grouped")]  # a cuda12 plugin
-    assert dm.choose("cuda", "sm_90", "decode", "int8", held, env={}, n_q=8)[0] == "flash"
+def test_int8_decode_takes_split_only_where_the_decode_scratch_holds_its_splits():
     assert dm.choose("cuda", "sm_90", "decode", "int8", variants("sm_90"), env={}, n_q=8)[0] == "split"
     assert dm.choose("cuda", "sm_90", "decode", "int8", variants("sm_90"), env={}, n_q=8, cap=600)[0] == "flash"
