@@ -106,5 +106,5 @@ def test_grouped_shared_memory_bound_is_one_formula():
     dispatch = (ROOT / "templates" / "cuda" / "dispatch.inc.j2").read_text()
     grouped = (ROOT / "templates" / "cuda" / "grouped.cu.j2").read_text()
     a, b = re.search(r"grouped_smem_bytes\(int hd\) \{ return (\d+) \* hd \+ (\d+); \}", dispatch).groups()
-    assert f"sizeof(Smem) <= {a} * HD + {b}" in grouped
+    assert f"sizeof(Smem) + 1024 <= {a} * HD + {b}" in grouped  # + the 1024-byte alignment slack
     assert dispatch_model.grouped_smem_bytes(128) == int(a) * 128 + int(b)
