@@ -106,7 +106,7 @@ def measure(device: tuple[str, int], calls: int, batch: int, log: Callable[[str]
             small_a = np.ones(16, dtype=np.float32)
             small_out = np.empty_like(small_a)
         out = ops._framework_alloc(q, tuple(q.shape), "float32")
-        p = sk.plan(kv, op=opname, max_queries=n_q, cap=int(ids.shape[1]))
+        p = sk.plan(kv, op=opname, max_queries=n_q, cap=int(ids.shape[1]), n_head=int(q.shape[1]))
         methods: list[tuple[str, Callable[[], Any], str]] = [
             ("plain call", lambda: call(q, kv, ids, width, out=out), "sk.qsa_*_attn(q, kv, ids, width, out=out)"),
             ("plan.run", lambda: p.run(q, ids, width, out=out), ""),

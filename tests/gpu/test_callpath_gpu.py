@@ -29,7 +29,7 @@ def test_the_default_call_never_synchronises(gpu_case, torch_cuda):
     out = torch.empty_like(q)
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     prompt_ref = sk.qsa_prompt_attn(q, kv, ids, width)
-    p = sk.plan(kv, op="decode", max_queries=8, cap=ids.shape[1])
+    p = sk.plan(kv, op="decode", max_queries=8, cap=ids.shape[1], n_head=q.shape[1])
     p.run(q, ids, width, out=out)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -135,7 +135,7 @@ def test_cuda_graph_capture_and_replay_equal_eager(torch_cuda, op, variant, how)
     q, kv, ids, width = _to_cuda(torch, case)
     out = torch.empty_like(q)
     if how == "plan":
-        p = sk.plan(kv, op=op, max_queries=16, cap=ids.shape[1], variant=variant)
+        p = sk.plan(kv, op=op, max_queries=16, cap=ids.shape[1], variant=variant, n_head=q.shape[1])
 
         def run(q, ids, width, out):
             p.run(q, ids, width, out=out)
@@ -153,7 +153,7 @@ def test_bad_ids_during_replay_are_reported_at_the_next_check(torch_cuda):
     case = testing.make_case("int8", 2100, 16, seed=3)
     q, kv, ids, width = _to_cuda(torch, case)
     out = torch.empty_like(q)
-    p = sk.plan(kv, op="decode", max_queries=16, cap=ids.shape[1])
+    p = sk.plan(kv, op="decode", max_queries=16, cap=ids.shape[1], n_head=q.shape[1])
     g = _graph_equal_to_eager(torch, lambda q, i, w, o: p.run(q, i, w, out=o), q, ids, width, out,
                               _fresh_inputs(torch, 16, 2100))
     good_ids = ids.clone()
@@ -285,7 +285,7 @@ def test_cupy_arrays_in_and_out_through_a_plan(torch_cuda):
     kv = sk.KVCache.int8(c(k.k), c(k.k_scale), c(k.v), c(k.v_scale), c(k.page_table))
     q, ids, width = c(case.q), c(case.ids), c(case.width)
     ref = sk.qsa_decode_attn(q, kv, ids, width)
-    p = sk.plan(kv, op="decode", max_queries=8, cap=case.ids.shape[1])
+    p = sk.plan(kv, op="decode", max_queries=8, cap=case.ids.shape[1], n_head=q.shape[1])
     out = cupy.empty_like(q)
     p.run(q, ids, width, out=out)
     cupy.cuda.get_current_stream().synchronize()

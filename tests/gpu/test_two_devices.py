@@ -97,7 +97,7 @@ def test_a_call_on_the_other_device_equals_cuda0_and_leaves_the_current_device(t
         if how == "plain":
             _call(op)(q, kv, ids, width, out=out)
         elif how == "plan":
-            sk.plan(kv, op=op, max_queries=N_Q, cap=ids.shape[1]).run(q, ids, width, out=out)
+            sk.plan(kv, op=op, max_queries=N_Q, cap=ids.shape[1], n_head=q.shape[1]).run(q, ids, width, out=out)
         else:
             name = f"qsa_{op}_attn_out"
             getattr(torch.ops.strata_kernels, name)(q, "int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table,
@@ -160,7 +160,7 @@ def test_a_plan_made_for_one_device_refuses_another(two, to_cuda, refs):
     case, ref = refs
     q0, kv0, ids0, w0 = _on(torch, to_cuda, case, 0)
     q1, _, ids1, w1 = _on(torch, to_cuda, case, 1)
-    p = sk.plan(kv0, op="decode", max_queries=N_Q, cap=ids0.shape[1])
+    p = sk.plan(kv0, op="decode", max_queries=N_Q, cap=ids0.shape[1], n_head=q0.shape[1])
     out1 = torch.full_like(q1, float("nan"))
     with pytest.raises(ValueError, match=r"q: this plan was made for cuda:0 \(its KV cache's device\), got torch "
                                          r"float32 .* on cuda:1"):
@@ -190,7 +190,7 @@ def test_an_offence_on_one_device_is_reported_there_never_on_the_other(two, to_c
         out = sk.qsa_decode_attn(*args[good_device])
         assert torch.equal(out.cpu(), ref["decode"])
         qg, kvg, ids_g, width_g = args[good_device]
-        sk.plan(kvg, op="prompt", max_queries=N_Q, cap=ids.shape[1]).run(qg, ids_g, width_g)
+        sk.plan(kvg, op="prompt", max_queries=N_Q, cap=ids.shape[1], n_head=qg.shape[1]).run(qg, ids_g, width_g)
     with pytest.raises(ValueError, match=rf"ids: query 3, position 5 .*earlier call on cuda:{bad_device} "):
         sk.qsa_decode_attn(*args[bad_device])
     assert torch.equal(sk.qsa_decode_attn(*args[bad_device]).cpu(), ref["decode"])
@@ -226,7 +226,7 @@ def test_two_threads_one_per_device_a_few_thousand_calls_each(two, to_cuda):
         with torch.cuda.device(d):
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
-            plan = sk.plan(kv, op="decode", max_queries=N_Q, cap=ids.shape[1])
+            plan = sk.plan(kv, op="decode", max_queries=N_Q, cap=ids.shape[1], n_head=q.shape[1])
             with torch.cuda.stream(s):
                 outs = [torch.empty_like(q) for _ in range(3)]
                 for i in range(CALLS):
@@ -331,7 +331,7 @@ def test_cuda_graph_capture_and_replay_on_cuda1(two, to_cuda, op, how):
     case = testing.make_case("int8", CTX, N_Q, seed=7)
     q, kv, ids, width = _on(torch, to_cuda, case, 1)
     out = torch.empty_like(q)
-    plan = sk.plan(kv, op=op, max_queries=N_Q, cap=ids.shape[1]) if how == "plan" else None
+    plan = sk.plan(kv, op=op, max_queries=N_Q, cap=ids.shape[1], n_head=q.shape[1]) if how == "plan" else None
 
     def run(q, ids, width, out):
         if plan is not None:
