@@ -43,7 +43,14 @@ SPLIT_DEFAULT_QUERIES = (3, 16)
 SPLIT_DEFAULT_MIN_CAP = 1280
 
 
-def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap: int | None) -> tuple[str, str]:
+def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
+    """Blocks of the grouped kernel's grid: one per (group of NQ = min(64 / G, 32) queries, KV head)."""
+    per = min(64 // max(group, 1), 32)
+    return -(-n_q // per) * n_head_kv
+
+
+def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap: int | None,
+               shape: tuple[int, int, int, int] | None = None) -> tuple[str, str]:
     if op == "decode":
         if _flag(env, "STRATA_QSA_SPLIT_ATTN") and fmt == "int8" and cc >= 80:
             return "split", "STRATA_QSA_SPLIT_ATTN=1, INT8, sm_80+: the split decode"
@@ -96,10 +103,18 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap
             return "imma", "STRATA_PROMPT_ATTN_IMMA=1: imma"
         if env.get("STRATA_PROMPT_ATTN_GROUPED", "")[:1] == "0":
             return "v2", "STRATA_PROMPT_ATTN_GROUPED=0: v2"
+        head_dim, group, n_head_kv, sms = shape if shape else (256, 0, 0, 0)
+        if head_dim not in (128, 256):
+            return "v2", ("INT8 on sm_80+: v2 (grouped is chosen automatically at head_dim 128 and 256, where it was "
+                          "verified)")
         need, have = grouped_smem_bytes(), SMEM_OPTIN_KB.get(cc, 0) * 1024
         if have < need:
             return "v2", (f"INT8 on sm_80+: v2 (grouped needs {need // 1024} KB of shared memory per block, the "
                           f"device allows {have // 1024} KB)")
+        blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
+        if sms and group and n_head_kv and blocks * 4 < sms:
+            return "v2", (f"INT8 on sm_80+: v2 (grouped would run {blocks} blocks, fewer than a quarter of the {sms} "
+                          f"multiprocessors)")
         return "grouped", f"INT8 on sm_80+ with {have // 1024} KB of shared memory per block: grouped"
     return ("v70", "FP16 on Volta: v70") if volta else ("v1", "FP16: v1 mode 0")
 
@@ -169,9 +184,12 @@ def _runnable(variant: str, kind: str, arch: str, fmt: str, op: str) -> str | No
 
 
 def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
-           env: Mapping[str, str] | None = None, n_q: int = 1, cap: int | None = None) -> tuple[str, str]:
+           env: Mapping[str, str] | None = None, n_q: int = 1, cap: int | None = None,
+           shape: tuple[int, int, int, int] | None = None) -> tuple[str, str]:
     """(variant, reason) that a plugin holding ``variants`` would run for ``op`` on ``fmt`` KV on the device
-    ``kind``/``arch`` (``sm_86``, ``gfx1100``, …) under the switches in ``env`` (default: this process's)."""
+    ``kind``/``arch`` (``sm_86``, ``gfx1100``, …) under the switches in ``env`` (default: this process's).
+    ``shape``: (head_dim, G, n_head_kv, multiprocessors) of a call, for the CUDA INT8 prompt rule's head_dim and grid
+    checks; without it the rule answers for head_dim 256 and a grid that fills the device."""
     if op not in ("prompt", "decode"):
         raise ValueError(f"op must be 'prompt' or 'decode', got {op!r}")
     if fmt not in FORMATS:
@@ -184,7 +202,7 @@ def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
             return "fp32_lanecell", "SYCL, STRATA_ATTN_LANECELL=1: the lane-per-cell chunk kernel"
         return "fp32", "SYCL: chunk + merge"
     if kind == "cuda":
-        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, cap)
+        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, cap, shape)
         if wish not in variants or _runnable(wish, kind, arch, fmt, op):
             return "fp32", f"{reason}; '{wish}' is not in the plugin, so the FP32 chunk + merge algorithm runs"
         return wish, reason

@@ -21,13 +21,14 @@ import torch
 import strata_kernels as sk
 from strata_kernels import ops, resolve, testing
 dev = torch.device("cuda", 0)
-out = {"arch": None, "variants": None, "which": {}}
+out = {"arch": None, "variants": None, "which": {}, "sms": torch.cuda.get_device_properties(0).multi_processor_count}
 res = resolve.resolution_for("cuda", 0)
 out["arch"] = res.device.arch
 out["variants"] = res.chosen.plugin.manifest.get("dispatch_variants")
 for fmt in ("fp16", "int8", "q4_0", "k8v4"):
     case = testing.make_case(fmt, 2100, 4)  # cap >= 1280 and 4 queries: INT8 decode takes the split rule
     out["cap"] = int(case.ids.shape[1])
+    out["shape"] = [int(case.q.shape[2]), int(case.q.shape[1]) // int(case.kv.n_head_kv), int(case.kv.n_head_kv)]
     kv = case.kv
     t = lambda a: None if a is None else torch.from_numpy(a).to(dev)
     b = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
@@ -64,5 +65,5 @@ def test_model_agrees_with_the_plugin(torch_cuda, switches):
     for key, (variant, reason) in got["which"].items():
         op, fmt = key.split("/")
         want, why = dispatch_model.choose("cuda", arch, op, fmt, variants, env=switches, n_q=4,
-                                          cap=got["cap"])
+                                          cap=got["cap"], shape=(*got["shape"], got["sms"]))
         assert variant == want, f"{key} under {switches}: plugin {variant} ({reason}); model {want} ({why})"

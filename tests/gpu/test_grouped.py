@@ -84,7 +84,7 @@ def test_grouped_flags_out_of_range_ids(to_cuda, monkeypatch):
 
 
 def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda):
-    case = testing.make_case("int8", 4096, 64)
+    case = testing.make_case("int8", 4096, 512)   # 103 groups x 2 KV heads: a grid that fills the H200
     q, kv, ids, width = to_cuda(case)
     a = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
     b = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
@@ -93,6 +93,10 @@ def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda):
         w = sk.which(q, kv, ids, width)
         assert w.variant == "grouped", w
         assert "grouped" in w.reason
+        # 64 queries: 13 groups x 2 KV heads = 26 blocks, under a quarter of the 132 multiprocessors: v2
+        small = [x[:64] for x in (q, ids, width)]
+        w = sk.which(small[0], kv, small[1], small[2])
+        assert w.variant == "v2" and "26 blocks" in w.reason, w
 
 
 def test_grouped_flags_page_entries_out_of_range(to_cuda, monkeypatch):

@@ -104,6 +104,21 @@ def test_wish_not_in_plugin_falls_back_and_says_so():
     assert dm.choose("cuda", "sm_86", "prompt", "int8", variants("sm_80"), env={})[0] == "v2"
 
 
+def test_grouped_needs_a_grid_that_fills_a_quarter_of_the_device():
+    # (head_dim, G, n_head_kv, multiprocessors): G 12 puts 5 queries in a block, G 4 sixteen.
+    h200 = variants("sm_90")
+    assert dm.grouped_blocks(2048, 12, 2) == 820 and dm.grouped_blocks(256, 4, 2) == 32
+    assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=2048, shape=(256, 12, 2, 132))[0] == "grouped"
+    name, why = dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=256, shape=(128, 4, 2, 132))
+    assert name == "v2" and "32 blocks" in why and "132 multiprocessors" in why
+    assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=256, shape=(128, 8, 2, 132))[0] == "grouped"
+    assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=256, shape=(128, 4, 8, 132))[0] == "grouped"
+    # head_dim 64: grouped runs only when forced
+    assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=2048, shape=(64, 8, 2, 132))[0] == "v2"
+    # without a call's shape (explain): the answer for a full grid
+    assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=1)[0] == "grouped"
+
+
 def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="fmt"):
         dm.choose("cuda", "sm_90", "prompt", "int4", ["fp32"])
