@@ -269,15 +269,18 @@ def build_family_wheel(family: str, out: Path, *, targets: str | None = None, bu
         result.skipped = tc.reason
         log(f"strata-kernels: family {family}: nothing built: {tc.reason}")
         return result
+    # Said before compiling: the ISA of every source at every pair is minutes of work that no wheel could carry.
+    isa_only = [t.name for t in chosen
+                if t.backend.name == "hip" and toolchains.hip_build_mode(tc, t.arch)[0] != "plugin"]
+    if isa_only:
+        raise BuildError(f"family {family}: {', '.join(sorted(isa_only))} could only be compiled to ISA here "
+                         f"(no device libraries), and a wheel carries loadable plugins only; build with a ROCm "
+                         f">= 6 toolchain (ROCM_PATH), or name the loadable subset with --targets")
     log(f"strata-kernels: family {family}: {spec} with {tc.name} {tc.version} ({tc.path})")
     build_dir = Path(build_dir or (sk_build.default_build_dir().parent / f"wheel-{__version__}-{family}"))
     with tempfile.TemporaryDirectory(prefix="strata-wheel-") as tmp:
         stage = Path(tmp) / package_name(family)
         res = sk_build.build(spec, build_dir=build_dir, install_dir=stage, jobs=jobs, family=family, log=log)
-        if res.isa_only:
-            raise BuildError(f"family {family}: {', '.join(sorted(res.isa_only))} could only be compiled to ISA here "
-                             f"(no device libraries), and a wheel carries loadable plugins only; build with a ROCm "
-                             f">= 6 toolchain (ROCM_PATH), or name the loadable subset with --targets")
         if res.checked_only:
             raise BuildError(f"family {family}: {', '.join(sorted(res.checked_only))} could only be checked against "
                              f"the SYCL headers here (no DPC++ compiler), and a wheel carries loadable plugins only; "
