@@ -182,14 +182,16 @@ def test_sycl_with_dpcpp_compiles_with_fsycl_and_links_a_plugin(tmp_path, data_e
     calls = (bin_dir / "calls.log").read_text().splitlines()
     compiles = [c.split() for c in calls if " -c " in f" {c} "]
     links = [c.split() for c in calls if "-shared" in c.split()]
-    assert sorted(Path(c[-3]).name for c in compiles) == ["fp32_256_12.cpp", "plugin.cpp"], calls
+    pairs = targets.all_targets()["sycl"].geometries
+    sources = sorted([f"fp32_{g.head_dim}_{g.group}.cpp" for g in pairs] + ["plugin.cpp"])  # one per shipped pair
+    assert sorted(Path(c[-3]).name for c in compiles) == sources, calls
     for c in compiles:
         assert {"-fsycl", "-fPIC", "-O3", "-std=c++17", "-ffp-contract=off", "-c"} <= set(c), c
         assert any(a.startswith("-I") and a.endswith("/include") for a in c), c
     assert len(links) == 1, calls
     link = links[0]
     assert "-fsycl" in link and link[link.index("-o") + 1].endswith("/plugins/libstrata_sycl.so")
-    assert sorted(Path(a).name for a in link if a.endswith(".o")) == ["sycl_fp32_256_12.cpp.o", "sycl_plugin.cpp.o"]
+    assert sorted(Path(a).name for a in link if a.endswith(".o")) == [f"sycl_{s}.o" for s in sources]
     assert {"-Wl,--strip-all", "-Wl,--exclude-libs,ALL", "-Wl,-z,noexecstack"} <= set(link), link
     assert any(a.startswith("-Wl,--version-script=") for a in link), link
     ninja = (tmp_path / "b" / "cmake" / "build.ninja").read_text()
