@@ -29,6 +29,24 @@ def data_env(data_copy, monkeypatch):
     targets.all_targets.cache_clear()
 
 
+@pytest.fixture()
+def one_pair(data_env):
+    """The HIP and SYCL tables at their first (head_dim, G) pair: these tests are about how a build runs, not about
+    the pairs (tests/toolchain compiles those); the eight shipped pairs would add ~2 minutes here on 2 cores."""
+    shipped = {}
+    for name in ("hip.toml", "sycl.toml"):
+        table = data_env / "backends" / name
+        shipped[table] = text = table.read_text()
+        first, n = re.subn(r"(?ms)^geometries = \[\n.*?^\]\n", "geometries = [{ head_dim = 256, group = 12 }]\n", text)
+        assert n == 1, f"backends/{name}: expected one multi-line [defaults] geometries list"
+        table.write_text(first)
+    targets.all_targets.cache_clear()
+    yield data_env
+    for table, text in shipped.items():
+        table.write_text(text)
+    targets.all_targets.cache_clear()
+
+
 def _build(tmp_path, logs, spec="cpu"):
     return build.build(spec, build_dir=tmp_path / "b", install_dir=tmp_path / "plugins", log=logs.append)
 
@@ -62,7 +80,7 @@ def test_build_noop_and_incremental(tmp_path, data_env):
     assert any("fp32_256_12.cpp" in l for l in compiled), logs
 
 
-def test_missing_toolchain_is_one_line_or_an_error(tmp_path, data_env, monkeypatch):
+def test_missing_toolchain_is_one_line_or_an_error(tmp_path, one_pair, monkeypatch):
     monkeypatch.setattr(toolchains, "nvcc", lambda: toolchains.Toolchain("nvcc", None, None, "no nvcc found (test)"))
     logs = []
     r = build.build("all", build_dir=tmp_path / "b", install_dir=tmp_path / "p", log=logs.append)
@@ -73,7 +91,7 @@ def test_missing_toolchain_is_one_line_or_an_error(tmp_path, data_env, monkeypat
         build.build("cpu;sm_90", build_dir=tmp_path / "b", install_dir=tmp_path / "p", log=logs.append)
 
 
-def test_hip_targets_build_a_plugin_or_isa_and_say_which(tmp_path, data_env):
+def test_hip_targets_build_a_plugin_or_isa_and_say_which(tmp_path, one_pair):
     """gfx1030 has device libraries on Debian's ROCm 5.2: a loadable plugin where clang also finds the tools the
     plugin link runs (lld, clang-offload-bundler); gfx11/gfx12 have none: ISA only. An ISA-only target says why."""
     tc = toolchains.hip_clang()
@@ -125,7 +143,7 @@ def _fake_dpcpp(tmp_path, monkeypatch):
     return bin_dir
 
 
-def test_sycl_without_dpcpp_is_checked_against_the_headers(tmp_path, data_env, monkeypatch, fresh_toolchains):
+def test_sycl_without_dpcpp_is_checked_against_the_headers(tmp_path, one_pair, monkeypatch, fresh_toolchains):
     """No DPC++ compiler: every generated source is compiled against the SYCL headers, no plugin; a no-op rebuild
     does nothing; an error in a source fails the build; a DPC++ compiler appearing switches to a plugin build."""
     real_dpcpp = toolchains.dpcpp
@@ -151,7 +169,7 @@ def test_sycl_without_dpcpp_is_checked_against_the_headers(tmp_path, data_env, m
     assert r.up_to_date and "sycl" in r.checked_only and not any("compiling" in l for l in logs), logs
 
     # The check has teeth: a source that does not compile against the headers fails the build, naming it.
-    tpl = data_env / "templates" / "sycl" / "fp32.cpp.j2"
+    tpl = one_pair / "templates" / "sycl" / "fp32.cpp.j2"
     original = tpl.read_text()
     tpl.write_text(original + '\nstatic_assert(sizeof(sycl::nd_item<1>) == 0, "strata: check-mode probe");\n')
     try:
@@ -182,14 +200,16 @@ def test_sycl_with_dpcpp_compiles_with_fsycl_and_links_a_plugin(tmp_path, data_e
     calls = (bin_dir / "calls.log").read_text().splitlines()
     compiles = [c.split() for c in calls if " -c " in f" {c} "]
     links = [c.split() for c in calls if "-shared" in c.split()]
-    assert sorted(Path(c[-3]).name for c in compiles) == ["fp32_256_12.cpp", "plugin.cpp"], calls
+    pairs = targets.all_targets()["sycl"].geometries
+    sources = sorted([f"fp32_{g.head_dim}_{g.group}.cpp" for g in pairs] + ["plugin.cpp"])  # one per shipped pair
+    assert sorted(Path(c[-3]).name for c in compiles) == sources, calls
     for c in compiles:
         assert {"-fsycl", "-fPIC", "-O3", "-std=c++17", "-ffp-contract=off", "-c"} <= set(c), c
         assert any(a.startswith("-I") and a.endswith("/include") for a in c), c
     assert len(links) == 1, calls
     link = links[0]
     assert "-fsycl" in link and link[link.index("-o") + 1].endswith("/plugins/libstrata_sycl.so")
-    assert sorted(Path(a).name for a in link if a.endswith(".o")) == ["sycl_fp32_256_12.cpp.o", "sycl_plugin.cpp.o"]
+    assert sorted(Path(a).name for a in link if a.endswith(".o")) == [f"sycl_{s}.o" for s in sources]
     assert {"-Wl,--strip-all", "-Wl,--exclude-libs,ALL", "-Wl,-z,noexecstack"} <= set(link), link
     assert any(a.startswith("-Wl,--version-script=") for a in link), link
     ninja = (tmp_path / "b" / "cmake" / "build.ninja").read_text()

@@ -86,3 +86,18 @@ def test_every_missing_helper_is_named(rocm):
     assert mode == "isa"
     assert why.startswith("HIP plugin link needs ld.lld (Debian: lld-19) and clang-offload-bundler "
                           "(Debian: clang-tools-19);"), why
+
+
+def test_a_rocm_wheel_of_isa_only_targets_is_refused_before_compiling(rocm, tmp_path, monkeypatch):
+    """gfx11/gfx12 without their device libraries: the family wheel says so at once, not after compiling their ISA
+    at every prebuilt geometry (minutes on the 2-core CI machine) to throw it away."""
+    from strata_kernels import build, wheel
+    from strata_kernels.errors import BuildError
+
+    def no_build(*a, **k):
+        raise AssertionError("the wheel compiled before refusing")
+    monkeypatch.setattr(build, "build", no_build)
+    with pytest.raises(BuildError, match=r"gfx1100, gfx1101, gfx1200, gfx1201 could only be compiled to ISA here.*"
+                                         r"loadable plugins only.*--targets"):
+        wheel.build_family_wheel("rocm", tmp_path / "dist", log=lambda m: None)
+    assert not (tmp_path / "dist").exists()
