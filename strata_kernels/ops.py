@@ -313,14 +313,16 @@ def decode_scratch_floats(cap: int, n_head: int, head_dim: int) -> int:
     return -(-cap // 64) * n_head * (head_dim + 2) + 64
 
 
-def grouped_scratch_floats(n_q: int, cap: int, group: int) -> int:
+def grouped_scratch_floats(n_q: int, cap: int, group: int, head_dim: int = 256, n_head_kv: int = 1) -> int:
     """Floats of scratch the grouped prompt kernel takes from the caller for ``n_q`` queries (its union of each group's
     selections: physical cell and membership word per entry, plus the running union where shared memory cannot hold
-    it); with less it uses a buffer of the plugin's own."""
+    it; and the partial results of the work units it splits over the last wave, at most min(256, 8 x units) pieces
+    of 64 rows); with less it uses a buffer of the plugin's own."""
     from .targets import grouped_queries
     nq = grouped_queries(group)
     groups = -(-n_q // nq)
-    return (groups * nq * cap * 16 + groups * 4 + 64) // 4
+    pieces = min(256, 8 * groups * n_head_kv)
+    return (groups * nq * cap * 16 + groups * 4 + 64) // 4 + pieces * (64 * head_dim + 128) + 4
 
 
 def _raise_offence(pos: int, width_query: int, c: _Call) -> None:

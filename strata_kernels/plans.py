@@ -327,7 +327,8 @@ class Plan:
             except Unsupported:
                 return 0
             if name == "grouped":  # its union of each group's selections, so that no call allocates
-                return _ops.grouped_scratch_floats(self.max_queries, self.cap, self.group)  # one launch for all
+                return _ops.grouped_scratch_floats(self.max_queries, self.cap, self.group, self.head_dim,
+                                                   self.kv.n_head_kv)  # one launch for all
             if not (name.startswith("fp32") or name == "split"):
                 return 0
         per = _ops.decode_scratch_floats(self.cap, self.n_head, self.kv.head_dim)
