@@ -24,6 +24,6 @@ for shape in shapes:
     tot = {}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
-            name = ev.name.split("(")[0].split("::")[-1]
+            name = ev.name.replace("(anonymous namespace)::", "").replace("void ", "").split("(")[0]
             tot[name] = tot.get(name, 0.0) + ev.device_time_total / reps
     print(shape, " ".join(f"{k} {v:.1f}us" for k, v in sorted(tot.items(), key=lambda kv: -kv[1])), flush=True)
