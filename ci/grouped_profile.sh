@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Source-level ncu profile of the grouped prompt kernels (union pre-pass and attention) at 32768 x 2048 on the lent
+# GPU: per kernel the SpeedOfLight / warp-state summary and the SASS lines with the most stall samples and the most
+# excessive shared-memory wavefronts (ci/ncu_source_top.py). Results under $OUT. Usage: bash ci/grouped_profile.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/strata-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+cat > /tmp/ncu_case.py <<'PY'
+import torch, strata_kernels as sk
+from strata_kernels import parity, testing
+case = testing.make_case("int8", 32768, 2048)
+q, kv, ids, width = parity._place(case, ("cuda", 0))
+for _ in range(2):
+    sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+torch.cuda.synchronize()
+PY
+for k in ${KERNELS:-grouped_union_kernel grouped_kernel}; do
+  timeout ${NCU_TIMEOUT:-200} ncu --clock-control none -k regex:"$k" -s 1 -c 1 --import-source no \
+    --section SpeedOfLight --section WarpStateStats --section SourceCounters --section InstructionStats \
+    -o /tmp/prof_$k -f python3 /tmp/ncu_case.py > "$OUT/ncu_$k.log" 2>&1
+  ncu -i /tmp/prof_$k.ncu-rep --print-summary none > "$OUT/ncu_$k.txt" 2>&1
+  ncu -i /tmp/prof_$k.ncu-rep --page source --csv --print-source sass > /tmp/src_$k.csv 2>&1
+  python3 ci/ncu_source_top.py /tmp/src_$k.csv > "$OUT/ncu_src_$k.txt" 2>&1
+  grep -E "Duration|Issued Ipc|Warp Cycles Per Issued|Executed Instructions  " "$OUT/ncu_$k.txt" | head
+  head -45 "$OUT/ncu_src_$k.txt"
+done
