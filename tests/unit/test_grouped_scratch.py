@@ -1,0 +1,53 @@
+"""The grouped prompt kernel's scratch as Python sizes it (ops.grouped_scratch_floats, what a plan allocates so that no
+call allocates) must hold what the launcher in templates/cuda/grouped.cu.j2 asks for: the union (an entry's cell,
+membership word and, where shared memory cannot hold it, the running union: 16 bytes an entry at most), the entry
+counts, and the partial results of the work units it splits over the last wave (at most MAX_SLOTS pieces, and at most
+8 per unit, of ROWS x HD output floats plus 2 x ROWS maxima and sums, and 16 bytes of alignment)."""
+import re
+from pathlib import Path
+
+import pytest
+
+from strata_kernels import ops
+from strata_kernels.targets import grouped_queries
+
+SOURCE = (Path(__file__).resolve().parents[2] / "templates" / "cuda" / "grouped.cu.j2").read_text()
+
+
+def _constant(name: str) -> int:
+    m = re.search(rf"constexpr int {name} = (\d+);", SOURCE)
+    assert m, f"{name} not found in grouped.cu.j2"
+    return int(m.group(1))
+
+
+def _launcher_bytes(n_q: int, cap: int, group: int, head_dim: int, n_head_kv: int, sms: int) -> int:
+    """The launcher's request (grouped.cu.j2, worst case: the union in global memory)."""
+    rows, max_slots = _constant("ROWS"), _constant("MAX_SLOTS")
+    nq = grouped_queries(group)
+    groups = -(-n_q // nq)
+    union = groups * nq * cap * 16 + groups * 4 + 64
+    units = groups * n_head_kv
+    slots = min(sms, max_slots)
+    rem = units % sms
+    if rem == 0 or rem * 2 > slots:
+        return union
+    pieces = min(slots // rem, 8)
+    return union + rem * pieces * (rows * head_dim + 2 * rows) * 4 + 16
+
+
+@pytest.mark.parametrize("n_q,cap,group,head_dim,n_head_kv", [
+    (2048, 2051, 12, 256, 2), (1500, 2051, 12, 256, 2), (256, 2051, 12, 256, 2), (6, 300, 12, 256, 2),
+    (2048, 2051, 4, 128, 2), (65541, 200, 12, 256, 2), (1, 1, 1, 128, 8), (300, 4096, 8, 128, 16)])
+@pytest.mark.parametrize("sms", [1, 20, 108, 132, 148, 170, 300, 1000])
+def test_plan_scratch_holds_what_the_launcher_asks(n_q, cap, group, head_dim, n_head_kv, sms):
+    floats = ops.grouped_scratch_floats(n_q, cap, group, head_dim, n_head_kv)
+    assert floats * 4 >= _launcher_bytes(n_q, cap, group, head_dim, n_head_kv, sms)
+
+
+def test_the_split_pieces_are_counted():
+    # 2048 queries at G 12 (410 groups) x 2 KV heads on 132 SMs: 28 units run as 4 pieces each, 7.4 MB of partials
+    # beyond the union; without them in the plan's scratch every such call would fall back to the plugin's buffer.
+    with_pieces = _launcher_bytes(2048, 2051, 12, 256, 2, 132)
+    union_only = _launcher_bytes(2048, 2051, 12, 256, 2, 1)
+    assert with_pieces - union_only == 28 * 4 * (64 * 256 + 128) * 4 + 16
+    assert ops.grouped_scratch_floats(2048, 2051, 12, 256, 2) * 4 >= with_pieces
