@@ -197,8 +197,9 @@ class TorchDense:
 def _time_calls(fn: Callable[[], Any], reps: int, device: tuple[str, int]) -> tuple[float, float]:
     """(device ms per call, wall ms per call). On a GPU the device time is taken by events around ``reps`` calls
     queued back to back (the host runs ahead of the device: the per-call error-flag read is off meanwhile, the
-    kernels still bounds-check), and the wall time is the median of single calls each waited for; on the host both
-    are the median of single calls."""
+    kernels still bounds-check); one more call is queued before the start event, so that the device is already busy
+    when the timing starts and the host's latency to the first launch is not counted. The wall time is the median of
+    single calls each waited for; on the host both are the median of single calls."""
     walls = []
     sync = None
     if device[0] in ("cuda", "hip"):
@@ -222,6 +223,7 @@ def _time_calls(fn: Callable[[], Any], reps: int, device: tuple[str, int]) -> tu
     try:
         sync()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        fn()  # the device starts on this one while the host queues the timed calls
         a.record()
         for _ in range(reps):
             fn()
@@ -368,7 +370,7 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
                     note = "a different function (every earlier cell)"
                 ms, wall = _time_calls(fn, max(1, reps), device)
                 graph = None
-                if m == "plugin" and op == "decode" and device[0] == "cuda":
+                if m == "plugin" and device[0] == "cuda":
                     try:
                         graph = _graph_ms(fn, device)
                     except Exception as exc:  # noqa: BLE001 - reported beside the row
@@ -474,8 +476,8 @@ def format_rows(rows: Sequence[BenchRow], device_kind: str = "cpu") -> str:
     cells = [tuple(c[i] for i in keep) for c in cells]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(head)]
     fmt = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
-    how = ("device time by events around back-to-back calls" if device_kind != "cpu"
-           else "median wall time of single calls")
+    how = ("device time by events around back-to-back calls (one call queued before the start event)"
+           if device_kind != "cpu" else "median wall time of single calls")
     legend = [f"ms per call: {how}."]
     if "graph ms" in head:
         legend.append("graph ms: GPU time per call from a CUDA-graph replay of 20 back-to-back calls.")
