@@ -54,18 +54,9 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
   status=$(( status | $? ))
 fi
 if has ncu && command -v ncu >/dev/null; then
-  cat > /tmp/ncu_case.py <<'EOF'
-import torch, strata_kernels as sk
-from strata_kernels import parity, testing
-case = testing.make_case("int8", 32768, 2048)
-q, kv, ids, width = parity._place(case, ("cuda", 0))
-for _ in range(2):
-    sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
-torch.cuda.synchronize()
-EOF
   timeout 240 ncu --clock-control none -k regex:grouped -c 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section InstructionStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" python3 /tmp/ncu_case.py > "$OUT/ncu_grouped.txt" 2>&1
+    --section InstructionStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" python3 ci/grouped_case.py > "$OUT/ncu_grouped.txt" 2>&1
   grep -E "grouped|Duration|Issue Slots|Registers Per|Achieved Active|Warp Cycles Per Issued|hmma|stalled" \
     "$OUT/ncu_grouped.txt" | awk '$NF+0 >= 0.05 || !/stalled/' | head -80
 fi

@@ -5,21 +5,18 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import strata_kernels as sk
-from strata_kernels import parity, testing
+from grouped_case import call, place  # ci/grouped_case.py (this script's directory is on sys.path)
 
 shapes = sys.argv[1:] or ["32768x2048", "131072x2048", "1500x1500", "2100x256"]
 for shape in shapes:
-    ctx, n_q = (int(x) for x in shape.split("x"))
-    case = testing.make_case("int8", ctx, n_q)
-    q, kv, ids, width = parity._place(case, ("cuda", 0))
+    args = place(shape)
     for _ in range(3):
-        sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+        call(args)
     torch.cuda.synchronize()
     reps = 10
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+            call(args)
         torch.cuda.synchronize()
     tot = {}
     for ev in prof.events():

@@ -6,19 +6,10 @@ set -uo pipefail
 OUT=${OUT:-/tmp/strata-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-cat > /tmp/ncu_case.py <<'PY'
-import torch, strata_kernels as sk
-from strata_kernels import parity, testing
-case = testing.make_case("int8", 32768, 2048)
-q, kv, ids, width = parity._place(case, ("cuda", 0))
-for _ in range(2):
-    sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
-torch.cuda.synchronize()
-PY
 for k in ${KERNELS:-grouped_union_kernel grouped_kernel}; do
   timeout ${NCU_TIMEOUT:-200} ncu --clock-control none -k regex:"$k" -s 1 -c 1 --import-source no \
     --section SpeedOfLight --section WarpStateStats --section SourceCounters --section InstructionStats \
-    -o /tmp/prof_$k -f python3 /tmp/ncu_case.py > "$OUT/ncu_$k.log" 2>&1
+    -o /tmp/prof_$k -f python3 ci/grouped_case.py > "$OUT/ncu_$k.log" 2>&1
   ncu -i /tmp/prof_$k.ncu-rep --print-summary none > "$OUT/ncu_$k.txt" 2>&1
   ncu -i /tmp/prof_$k.ncu-rep --page source --csv --print-source sass > /tmp/src_$k.csv 2>&1
   python3 ci/ncu_source_top.py /tmp/src_$k.csv > "$OUT/ncu_src_$k.txt" 2>&1

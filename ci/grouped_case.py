@@ -1,0 +1,26 @@
+"""The grouped prompt call the device scripts profile: the spec's INT8 data at one shape, placed on cuda:0.
+`python3 ci/grouped_case.py [CTXxNQ]` makes two calls (the workload of ncu in ci/gpu_grouped.sh and
+ci/grouped_profile.sh); ci/grouped_kernels.py imports `place` and `call`."""
+import sys
+
+import torch
+
+import strata_kernels as sk
+from strata_kernels import parity, testing
+
+
+def place(shape: str):
+    """(q, kv, ids, width) on cuda:0 for a shape "CTXxNQ"."""
+    ctx, n_q = (int(x) for x in shape.split("x"))
+    return parity._place(testing.make_case("int8", ctx, n_q), ("cuda", 0))
+
+
+def call(args) -> None:
+    sk.qsa_prompt_attn(*args, variant="grouped")
+
+
+if __name__ == "__main__":
+    args = place(sys.argv[1] if len(sys.argv) > 1 else "32768x2048")
+    for _ in range(2):
+        call(args)
+    torch.cuda.synchronize()
