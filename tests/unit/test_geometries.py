@@ -101,10 +101,16 @@ def test_generate_and_build_refuse_a_geometry_the_kernels_do_not_take(tmp_path, 
 
 
 def test_grouped_shared_memory_bound_is_one_formula():
-    """cuda/dispatch.inc.j2 decides with it, cuda/grouped.cu.j2 static_asserts it bounds its Smem, and the Python
-    model of the dispatch repeats it: the three must agree (a (128, 4) plugin failed that assert with the old one)."""
-    dispatch = (ROOT / "templates" / "cuda" / "dispatch.inc.j2").read_text()
-    grouped = (ROOT / "templates" / "cuda" / "grouped.cu.j2").read_text()
-    a, b = re.search(r"grouped_smem_bytes\(int hd\) \{ return (\d+) \* hd \+ (\d+); \}", dispatch).groups()
-    assert f"sizeof(Smem) + 1024 <= {a} * HD + {b}" in grouped  # + the 1024-byte alignment slack
-    assert dispatch_model.grouped_smem_bytes(128) == int(a) * 128 + int(b)
+    """cuda/grouped_smem.inc.j2 defines it once: cuda/dispatch.inc.j2 decides with it and cuda/grouped.cu.j2
+    static_asserts that it bounds its Smem (both include it), and the Python model of the dispatch repeats it: the
+    model must agree (a (128, 4) plugin once failed that assert with an older formula)."""
+    tdir = ROOT / "templates" / "cuda"
+    bound = (tdir / "grouped_smem.inc.j2").read_text()
+    a, b = re.search(r"grouped_smem_bytes\(int hd\) \{ return (\d+) \* hd \+ (\d+); \}", bound).groups()
+    for name in ("dispatch.inc.j2", "grouped.cu.j2"):
+        text = (tdir / name).read_text()
+        assert '{% include "cuda/grouped_smem.inc.j2" %}' in text, name
+        assert "62720" not in text and "656 *" not in text, f"{name} restates the bound"
+    assert "sizeof(Smem) + 1024 <= grouped_smem_bytes(HD)" in (tdir / "grouped.cu.j2").read_text()
+    for hd in (64, 128, 192, 256):
+        assert dispatch_model.grouped_smem_bytes(hd) == int(a) * hd + int(b)
