@@ -3,6 +3,7 @@
 # time of each of its kernels, the bench of every INT8 prompt variant with its baselines and floors, the context
 # sweep, parity, the grouped and flash GPU tests, both sanitizers and an ncu summary; everything tarred under $OUT.
 #   STRATA_KERNELS_COMMIT=<hash> bash ci/gpu_grouped_final.sh   (carry strata_kernels/_loader.abi3.so)
+# STAGES (default "parity bench sweep sanitize ncu"), REPS, BENCH_TIMEOUT and SANITIZER_TIMEOUT pass to ci/gpu_grouped.sh.
 set -uo pipefail
 OUT=${OUT:-/tmp/strata-out}
 R=$OUT/r
@@ -15,8 +16,8 @@ python3 ci/grouped_kernels.py 32768x2048 131072x2048 1500x1500 2100x256 8192x204
   | grep -v -i warn | tee "$R/kernels.txt"
 timeout 120 python3 -m pytest tests/gpu/test_grouped.py tests/gpu/test_flash_decode.py -q 2>&1 \
   | tee "$R/gpu_tests.txt" | tail -3
-OUT=$R STAGES="parity bench sweep sanitize ncu" REPS=${REPS:-10} BENCH_TIMEOUT=220 SANITIZER_TIMEOUT=120 \
-  bash ci/gpu_grouped.sh > "$R/log.txt" 2>&1
+OUT=$R STAGES="${STAGES:-parity bench sweep sanitize ncu}" REPS=${REPS:-10} BENCH_TIMEOUT=${BENCH_TIMEOUT:-220} \
+  SANITIZER_TIMEOUT=${SANITIZER_TIMEOUT:-120} bash ci/gpu_grouped.sh > "$R/log.txt" 2>&1
 grep -E "PASSED|FAIL" "$R/parity_grouped.txt" | tail -2
 sed -n '/^context/,/^$/p' "$R/bench.txt" | cut -c1-120
 sed -n '/^context/,/^$/p' "$R/bench_sweep.txt" | cut -c1-100
