@@ -37,7 +37,7 @@ def _run(to_cuda, case):
     (1500, 40, {"width0": True}),
     (200, 1, {}),
     (65536, 24, {}),                      # ids spanning two windows of membership bits (32768 cells each at G 12)
-    (600000, 10, {}),                     # ids spanning more than the windows take (16 x 32768 cells at G 12): the
+    (600000, 10, {}),                     # ids spanning more than the windows take (12 x 32768 cells at G 12): the
                                           # merge-path union
 ])
 def test_grouped_parity(to_cuda, ctx, n_q, kw):
