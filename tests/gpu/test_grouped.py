@@ -1,6 +1,9 @@
 """The grouped INT8 prompt kernel (one gathered tile serves a group of queries) on the GPU: QSA_SPEC §6.5 check 1
 and 2 against the FP64 oracle and the fp32 variant, selections that the union must handle (unsorted rows,
 duplicates, disjoint neighbours, garbage past the width, holes, width 0, partial last group), determinism."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -109,3 +112,33 @@ def test_grouped_flags_page_entries_out_of_range(to_cuda, monkeypatch):
     q, kv, ids, width = to_cuda(case)
     with pytest.raises(ValueError, match=f"page_table: entry {page} "):
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+
+
+_LARGER_CAP = """
+import numpy as np, torch
+import strata_kernels as sk
+from strata_kernels import testing
+case = testing.make_case("int8", 4096, 64)
+kv = case.kv
+t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
+cache = sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table))
+cap0 = case.ids.shape[1]
+outs = []
+# caps whose union needs more than 48 KB of shared memory (5 x cap x 8 bytes at G 12), the second twice the first;
+# entries past the width are garbage (ignored)
+for cap in (cap0, max(cap0, 1300), 2 * max(cap0, 1300) + 1):
+    ids = np.full((case.n_q, cap), -7, dtype=case.ids.dtype)
+    ids[:, :cap0] = case.ids
+    out = sk.qsa_prompt_attn(t(case.q), cache, t(ids), t(case.width), variant="grouped")
+    outs.append(out.cpu().numpy())
+assert all(np.array_equal(outs[0], o) for o in outs[1:]), "outputs differ with cap"
+print("ok")
+"""
+
+
+def test_grouped_takes_a_larger_cap_after_a_smaller_one(torch_cuda):
+    """The union pre-pass's shared memory grows with cap (NQ x cap x 8 bytes): a call with a larger cap after a
+    smaller one must launch and give the same bits (the kernel's opt-in was taken once, at the first call's size). In
+    a fresh process, so that no earlier call has set the kernel's limit."""
+    r = subprocess.run([sys.executable, "-c", _LARGER_CAP], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
