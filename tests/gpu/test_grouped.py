@@ -124,8 +124,8 @@ t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
 cache = sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table))
 cap0 = case.ids.shape[1]
 outs = []
-# caps whose union needs more than 48 KB of shared memory (5 x cap x 8 bytes at G 12), the second twice the first;
-# entries past the width are garbage (ignored)
+# the case's own cap, then one whose union needs more than 48 KB of shared memory (5 x cap x 8 bytes at G 12), then
+# one needing about twice that; entries past the width are garbage (ignored)
 for cap in (cap0, max(cap0, 1300), 2 * max(cap0, 1300) + 1):
     ids = np.full((case.n_q, cap), -7, dtype=case.ids.dtype)
     ids[:, :cap0] = case.ids
