@@ -135,8 +135,10 @@ def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | N
     root = root or templates_dir()
     env = environment(root)
     toolchain = toolchain or {"name": target.backend.toolchain, "version": None}
-    if toolchain.get("name") == DRIVER_TOOLCHAIN:  # clang + ptxas build plain sm_XY code: no sm_90a features
-        target = replace(target, features=tuple(f for f in target.features if f != "wgmma"))
+    if toolchain.get("name") == DRIVER_TOOLCHAIN:
+        # clang + ptxas build plain sm_XY code (no sm_90a features), and the driver-API layer launches by
+        # cuLaunchKernel only (no launch attributes: no programmatic dependent launch)
+        target = replace(target, features=tuple(f for f in target.features if f not in ("wgmma", "pdl")))
     flags = list(flags or [])
     thash = template_hash(target, root)
     manifest = build_manifest(target, ptx, toolchain, flags, thash)
