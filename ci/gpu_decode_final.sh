@@ -11,7 +11,8 @@ R=$OUT/r
 mkdir -p "$R"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 t0=$(date +%s)
-MAX_JOBS=${MAX_JOBS:-16} STRATA_KERNELS_BUILD_DIR=/tmp/b STRATA_TARGETS="sm_90" python3 -c \
+# ONLY="256x12,128x8": build those geometries only (STRATA_ONLY_GEOMETRIES); GEOMETRIES: flash's parity beyond 256x12
+MAX_JOBS=${MAX_JOBS:-16} STRATA_KERNELS_BUILD_DIR=/tmp/b STRATA_TARGETS="sm_90" STRATA_ONLY_GEOMETRIES=${ONLY:-} python3 -c \
   "from strata_kernels import build; build.build(with_loader=False, install_dir='strata_kernels/plugins')" \
   > "$R/build.txt" 2>&1 || tail -20 "$R/build.txt"
 echo "build $(( $(date +%s) - t0 )) s"
