@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The closing call of a decode (issue 12) pass on the lent H200, in one go: build the sm_90 plugin at every prebuilt
-# geometry, then ci/gpu_decode.sh (GPU tests, parity of flash and split in every format, the decode bench with the
-# copy floor and torch, the other formats, the sanitizers), then flash's parity at the other prebuilt geometries.
+# The closing call of a decode (issue 12) pass on the lent H200, in one go: build the CPU plugin (tests/gpu compares
+# against it) and the sm_90 plugin at every prebuilt geometry, then ci/gpu_decode.sh (GPU tests, parity of flash and
+# split in every format, the decode bench with the copy floor and torch, the other formats, the sanitizers), then
+# flash's parity at the other prebuilt geometries.
 # Everything lands in $OUT/results.tgz (the device returns few files).
 # carry: strata_kernels/_loader.abi3.so
 # Usage: STRATA_KERNELS_COMMIT=<hash> bash ci/gpu_decode_final.sh
@@ -12,7 +13,7 @@ mkdir -p "$R"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 t0=$(date +%s)
 # ONLY="256x12,128x8": build those geometries only (STRATA_ONLY_GEOMETRIES); GEOMETRIES: flash's parity beyond 256x12
-MAX_JOBS=${MAX_JOBS:-16} STRATA_KERNELS_BUILD_DIR=/tmp/b STRATA_TARGETS="sm_90" STRATA_ONLY_GEOMETRIES=${ONLY:-} python3 -c \
+MAX_JOBS=${MAX_JOBS:-16} STRATA_KERNELS_BUILD_DIR=/tmp/b STRATA_TARGETS="cpu;sm_90" STRATA_ONLY_GEOMETRIES=${ONLY:-} python3 -c \
   "from strata_kernels import build; build.build(with_loader=False, install_dir='strata_kernels/plugins')" \
   > "$R/build.txt" 2>&1 || tail -20 "$R/build.txt"
 echo "build $(( $(date +%s) - t0 )) s"

@@ -36,11 +36,9 @@ def grouped_smem_bytes(head_dim: int = 256) -> int:
     return 656 * head_dim + 62720
 
 
-# The decode rule measured on the H200 (docs/results/2026-12-01-h200-decode/): the split decode beats flash for INT8
-# at 3..16 queries (by 3-10 %); flash is faster at 1-2 and 32+ queries and is the only fast decode of the other
-# formats. Split is taken only where the decode scratch holds its 20 splits (cap >= 1280), so it never refuses.
-SPLIT_DEFAULT_QUERIES = (3, 16)
-SPLIT_DEFAULT_MIN_CAP = 1280
+# The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/): flash is the fastest decode that
+# passes parity at every query count measured (INT8, 1-256 queries: split takes 17-61 % more CUDA-graph time) and
+# the only fast decode of the other formats, so it is the sm_80+ default; STRATA_QSA_SPLIT_ATTN=1 still forces split.
 
 
 def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
@@ -49,7 +47,7 @@ def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
     return -(-n_q // per) * n_head_kv
 
 
-def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap: int | None,
+def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                shape: tuple[int, int, int, int] | None = None) -> tuple[str, str]:
     if op == "decode":
         if _flag(env, "STRATA_QSA_SPLIT_ATTN") and fmt == "int8" and cc >= 80:
@@ -61,10 +59,6 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int, cap
             return "fp32_lanecell", "chunk + merge, lane-per-cell form"
         if env.get("STRATA_DECODE_FLASH", "")[:1] == "0":
             return "fp32", "STRATA_DECODE_FLASH=0: chunk + merge"
-        lo, hi = SPLIT_DEFAULT_QUERIES
-        if cc >= 80 and fmt == "int8" and lo <= n_q <= hi and (cap is None or cap >= SPLIT_DEFAULT_MIN_CAP):
-            return "split", (f"INT8 on sm_80+ with {lo}..{hi} queries: the split decode (measured fastest there; "
-                             f"flash elsewhere)")
         if cc >= 80:
             return "flash", ("sm_80+: flash (flash-decoding, all four formats; the fastest decode that passes "
                              "parity)")
@@ -184,7 +178,7 @@ def _runnable(variant: str, kind: str, arch: str, fmt: str, op: str) -> str | No
 
 
 def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
-           env: Mapping[str, str] | None = None, n_q: int = 1, cap: int | None = None,
+           env: Mapping[str, str] | None = None, n_q: int = 1,
            shape: tuple[int, int, int, int] | None = None) -> tuple[str, str]:
     """(variant, reason) that a plugin holding ``variants`` would run for ``op`` on ``fmt`` KV on the device
     ``kind``/``arch`` (``sm_86``, ``gfx1100``, …) under the switches in ``env`` (default: this process's).
@@ -202,7 +196,7 @@ def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
             return "fp32_lanecell", "SYCL, STRATA_ATTN_LANECELL=1: the lane-per-cell chunk kernel"
         return "fp32", "SYCL: chunk + merge"
     if kind == "cuda":
-        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, cap, shape)
+        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, shape)
         if wish not in variants or _runnable(wish, kind, arch, fmt, op):
             return "fp32", f"{reason}; '{wish}' is not in the plugin, so the FP32 chunk + merge algorithm runs"
         return wish, reason

@@ -26,8 +26,7 @@ res = resolve.resolution_for("cuda", 0)
 out["arch"] = res.device.arch
 out["variants"] = res.chosen.plugin.manifest.get("dispatch_variants")
 for fmt in ("fp16", "int8", "q4_0", "k8v4"):
-    case = testing.make_case(fmt, 2100, 4)  # cap >= 1280 and 4 queries: INT8 decode takes the split rule
-    out["cap"] = int(case.ids.shape[1])
+    case = testing.make_case(fmt, 2100, 4)
     out["shape"] = [int(case.q.shape[2]), int(case.q.shape[1]) // int(case.kv.n_head_kv), int(case.kv.n_head_kv)]
     kv = case.kv
     t = lambda a: None if a is None else torch.from_numpy(a).to(dev)
@@ -65,5 +64,5 @@ def test_model_agrees_with_the_plugin(torch_cuda, switches):
     for key, (variant, reason) in got["which"].items():
         op, fmt = key.split("/")
         want, why = dispatch_model.choose("cuda", arch, op, fmt, variants, env=switches, n_q=4,
-                                          cap=got["cap"], shape=(*got["shape"], got["sms"]))
+                                          shape=(*got["shape"], got["sms"]))
         assert variant == want, f"{key} under {switches}: plugin {variant} ({reason}); model {want} ({why})"

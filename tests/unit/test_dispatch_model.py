@@ -63,7 +63,7 @@ SWITCH_CASES = [
     ("cuda", "sm_90", "sm_90", {"STRATA_QSA_SPLIT_ATTN": "1"}, "int8", "decode", 1, "split"),
     ("cuda", "sm_90", "sm_90", {"STRATA_QSA_SPLIT_ATTN": "1"}, "fp16", "decode", 1, "flash"),
     ("cuda", "sm_90", "sm_90", {}, "int8", "decode", 1, "flash"),
-    ("cuda", "sm_90", "sm_90", {}, "int8", "decode", 8, "split"),      # the measured 3..16-query rule
+    ("cuda", "sm_90", "sm_90", {}, "int8", "decode", 8, "flash"),      # flash at every query count (measured)
     ("cuda", "sm_90", "sm_90", {}, "int8", "decode", 64, "flash"),
     ("cuda", "sm_86", "sm_86", {}, "q4_0", "decode", 8, "flash"),
     ("cuda", "sm_90", "sm_90", {"STRATA_DECODE_FLASH": "0"}, "k8v4", "decode", 1, "fp32"),
@@ -143,6 +143,8 @@ def test_explain_simulate_names_plugin_and_variant(monkeypatch):
     assert text.count("int8 wmma ") == 1  # gfx1030 is outside the WMMA gate
 
 
-def test_int8_decode_takes_split_only_where_the_decode_scratch_holds_its_splits():
-    assert dm.choose("cuda", "sm_90", "decode", "int8", variants("sm_90"), env={}, n_q=8)[0] == "split"
-    assert dm.choose("cuda", "sm_90", "decode", "int8", variants("sm_90"), env={}, n_q=8, cap=600)[0] == "flash"
+def test_int8_decode_is_flash_at_every_query_count_and_split_only_when_forced():
+    for n_q in (1, 2, 3, 8, 16, 24, 64, 256):
+        assert dm.choose("cuda", "sm_90", "decode", "int8", variants("sm_90"), env={}, n_q=n_q)[0] == "flash"
+        assert dm.choose("cuda", "sm_90", "decode", "int8", variants("sm_90"), env={"STRATA_QSA_SPLIT_ATTN": "1"},
+                         n_q=n_q)[0] == "split"
