@@ -61,11 +61,14 @@ def is_c_contiguous(x: Any) -> bool:
 
 
 def data_ptr(x: Any) -> int:
+    """The address of x's first element (numpy, torch, cupy); 0 where it is not known here (jax)."""
     fw = framework(x)
     if fw == "numpy":
         return int(x.ctypes.data)
     if fw == "torch":
         return int(x.data_ptr())
+    if fw == "cupy":
+        return int(x.data.ptr)
     return 0
 
 

@@ -29,6 +29,16 @@ def _check_contig(arg: str, x: Any) -> None:
                          f"pass a contiguous copy (.contiguous() / np.ascontiguousarray)")
 
 
+def _check_aligned(arg: str, x: Any) -> None:
+    """q and out are read and written in 16-byte vectors (the plugin ABI's alignment): a view that starts inside a
+    16-byte word (for example one float past a fresh array's start) is refused here, before any kernel sees it."""
+    off = A.data_ptr(x) % 16
+    if off:
+        raise ValueError(f"{arg}: expected data aligned to 16 bytes (the kernels move it in 16-byte vectors), got "
+                         f"{A.describe(x)} starting {off} bytes past a 16-byte boundary; pass a fresh array (.clone() "
+                         f"/ .copy())")
+
+
 def _check_shape(arg: str, x: Any, expected: tuple, what: str) -> None:
     got = A.shape(x)
     if len(got) != len(expected) or any(e is not None and e != g for e, g in zip(expected, got)):
@@ -265,6 +275,7 @@ def _check_call(q: Any, kv: Any, ids: Any, width: Any, op: int) -> _Call:
                          f"(expected n_head = G * n_head_kv, e.g. {12 * kv.n_head_kv} for G = 12)")
     group = n_head // kv.n_head_kv
     _check_contig("q", q)
+    _check_aligned("q", q)
     _check_dtype("ids", ids, ("int32",))
     ish = A.shape(ids)
     if len(ish) != 2 or ish[0] != n_q:
@@ -303,6 +314,7 @@ def _check_out(out: Any, c: _Call) -> Any:
     if A.shape(out) != (c.n_q, c.n_head, c.kv.head_dim):
         raise ValueError(f"out: expected shape {[c.n_q, c.n_head, c.kv.head_dim]} (same as q), got {list(A.shape(out))}")
     _check_contig("out", out)
+    _check_aligned("out", out)
     if A.device(out) != c.device or A.framework(out) != A.framework(c.q):
         raise ValueError(f"out: expected {A.framework(c.q)} on {c.device[0]}:{c.device[1]} like q, got {A.describe(out)}")
     return out

@@ -382,15 +382,17 @@ class Plan:
         if self._legacy:
             return self._run_legacy(q, ids, width, out, stream, kvargs)
         s = f.stream(dev, stream)
+        qp, op = f.ptr(q), f.ptr(out)
+        if (qp | op) & 15:  # q or out not 16-byte aligned: the checks say which
+            self._mismatch(q, ids, width, out, kvargs)
         if f.arrays:
             r = self._bound.run_arrays(q, out, ids, width, 4 if len(ws) == 2 else 1, s)
         elif self._scratch_per_call:
             scratch = f.scratch(q, self.workspace_floats)
-            r = self._bound.run(f.ptr(q), f.ptr(out), f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1,
+            r = self._bound.run(qp, op, f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1,
                                 s, f.ptr(scratch), self.workspace_floats)
         else:
-            r = self._bound.run(f.ptr(q), f.ptr(out), f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1,
-                                s)
+            r = self._bound.run(qp, op, f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1, s)
         if r:
             self._outcome(r, q, ids, width, out, stream, s, len(ws) == 2, kvargs)
         elif self._sync:
@@ -438,15 +440,17 @@ class Plan:
 
     def _launch_torch(self, q, ids, width, out, n_q, steps, s, stream, kvargs):
         """The launch of a checked torch call on stream handle ``s``, then its outcome."""
+        qp, op = q.data_ptr(), out.data_ptr()
+        if (qp | op) & 15:  # q or out not 16-byte aligned: the checks say which
+            self._mismatch(q, ids, width, out, kvargs)
         if self._legacy:
             return self._run_legacy(q, ids, width, out, stream, kvargs)
         if self._scratch_per_call:
             scratch = self._facts.torch.empty(self.workspace_floats, dtype=self._facts.f32, device=q.device)
-            r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, steps,
-                                s, scratch.data_ptr(), self.workspace_floats)
+            r = self._bound.run(qp, op, ids.data_ptr(), width.data_ptr(), n_q, self.cap, steps, s, scratch.data_ptr(),
+                                self.workspace_floats)
         else:
-            r = self._bound.run(q.data_ptr(), out.data_ptr(), ids.data_ptr(), width.data_ptr(), n_q, self.cap, steps,
-                                s)
+            r = self._bound.run(qp, op, ids.data_ptr(), width.data_ptr(), n_q, self.cap, steps, s)
         if r:
             self._outcome(r, q, ids, width, out, stream, s, steps == 4, kvargs)
         elif self._sync:

@@ -92,6 +92,43 @@ def test_bad_inputs_name_the_argument(sk, case, kw, exc, needle):
         _call(sk, case, **kw(case))
 
 
+def _misaligned(a):
+    """A C-contiguous copy of a whose data starts 4 bytes past a 16-byte boundary."""
+    buf = np.empty(a.size + 8, a.dtype)
+    start = (-buf.ctypes.data % 16 + 4) // a.itemsize
+    v = buf[start:start + a.size].reshape(a.shape)
+    v[...] = a
+    assert v.ctypes.data % 16 == 4 and v.flags.c_contiguous
+    return v
+
+
+def test_q_and_out_off_a_16_byte_boundary_are_refused_before_any_kernel(sk, case):
+    with pytest.raises(ValueError, match="q: expected data aligned to 16 bytes"):
+        sk.qsa_prompt_attn(_misaligned(case.q), case.kv, case.ids, case.width)
+    with pytest.raises(ValueError, match="out: expected data aligned to 16 bytes"):
+        sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width, out=_misaligned(np.zeros_like(case.q)))
+    out = np.zeros_like(case.q)  # a fresh array passes, and the refused calls wrote nothing
+    assert np.array_equal(sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width, out=out),
+                          sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width))
+
+
+def test_a_plan_refuses_q_or_out_off_a_16_byte_boundary(sk, case):
+    torch = pytest.importorskip("torch")
+    kv = case.kv
+    tkv = sk.KVCache.int8(*(torch.from_numpy(a) for a in (kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table)))
+    p = sk.plan(tkv, "decode", max_queries=16, cap=case.ids.shape[1], n_head=case.q.shape[1])
+    q, ids, width = torch.from_numpy(case.q), torch.from_numpy(case.ids), torch.from_numpy(case.width)
+    flat = torch.zeros(q.numel() + 4)
+    off = (-flat.data_ptr() % 16 + 4) // 4  # a view 4 bytes past a 16-byte boundary
+    bad = flat[off:off + q.numel()].view(q.shape)
+    with pytest.raises(ValueError, match="out: expected data aligned to 16 bytes"):
+        p.run(q, ids, width, out=bad)
+    bad.copy_(q)
+    with pytest.raises(ValueError, match="q: expected data aligned to 16 bytes"):
+        p.run(bad, ids, width)
+    assert torch.equal(p.run(q, ids, width), torch.from_numpy(sk.qsa_decode_attn(case.q, kv, case.ids, case.width)))
+
+
 def test_ids_outside_the_cache_raise_and_nothing_crashes(sk, case):
     ids = case.ids.copy()
     ids[5, 17] = 10**9
