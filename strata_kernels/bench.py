@@ -49,6 +49,7 @@ class BenchRow:
     wall_ms: float | None = None  # median wall time of one call, waited for (host work included)
     graph_ms: float | None = None  # GPU time per call from a CUDA-graph replay of back-to-back calls (plugin rows)
     gbps: float | None = None     # the bytes a call must read (selected K, V and scales) / ms per call
+    graph_gbps: float | None = None  # the same bytes / graph_ms: the GPU's own rate, the launch rate left out
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -384,9 +385,10 @@ def bench_rows(shapes: Sequence[tuple[int, int]], *, fmt: str = "int8", reps: in
                 plugin_ms = ms
             ratio = ms / plugin_ms if plugin_ms else None
             gbps = nbytes / (ms * 1e6) if nbytes and ms and m not in ("gather-floor", "gather-floor-grouped") else None
+            ggbps = nbytes / (graph * 1e6) if nbytes and graph else None
             rows.append(BenchRow(shape, fmt, label, ms, ratio, err,
                                  err / ref_scale if err is not None and ref_scale > 0 else None, note, peak, wall,
-                                 graph, gbps))
+                                 graph, gbps, ggbps))
             if emit:
                 emit(_progress(rows[-1]))
             del out
@@ -460,10 +462,11 @@ def _progress(r: BenchRow) -> str:
 def format_rows(rows: Sequence[BenchRow], device_kind: str = "cpu") -> str:
     """The table and what its columns mean. Columns no row fills (wall time and peak memory on the CPU) are
     left out."""
-    head = ("context x queries", "format", "method", "ms per call", "graph ms", "GB/s", "wall ms", "x plugin's time",
-            "max err vs fp64", "err / scale", "peak MB", "note")
+    head = ("context x queries", "format", "method", "ms per call", "graph ms", "GB/s", "graph GB/s", "wall ms",
+            "x plugin's time", "max err vs fp64", "err / scale", "peak MB", "note")
     cells = [(r.shape, r.fmt, r.method, "-" if r.ms is None else f"{r.ms:.4f}",
               "-" if r.graph_ms is None else f"{r.graph_ms:.4f}", "-" if r.gbps is None else f"{r.gbps:.0f}",
+              "-" if r.graph_gbps is None else f"{r.graph_gbps:.0f}",
               "-" if r.wall_ms is None else f"{r.wall_ms:.3f}",
               "-" if r.ratio is None else f"{r.ratio:.2f}", "-" if r.max_err is None else f"{r.max_err:.3g}",
               "-" if r.rel_err is None else f"{r.rel_err:.3g}", "-" if r.peak_mb is None else f"{r.peak_mb:.1f}",
@@ -483,6 +486,8 @@ def format_rows(rows: Sequence[BenchRow], device_kind: str = "cpu") -> str:
         legend.append("graph ms: GPU time per call from a CUDA-graph replay of 20 back-to-back calls.")
     if "GB/s" in head:
         legend.append("GB/s: the bytes a call must read (K, V codes and scales of the selected cells) / ms per call.")
+    if "graph GB/s" in head:
+        legend.append("graph GB/s: the same bytes / graph ms (the GPU's rate without the host's launch rate).")
     if "wall ms" in head:
         legend.append("wall ms: one call waited for, host work included.")
     legend.append("x plugin's time: this method's time divided by the first plugin row's (> 1: the plugin is faster).")

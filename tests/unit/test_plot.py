@@ -40,3 +40,16 @@ def test_bench_table_names_units_and_drops_empty_columns():
     gpu_text = bench.format_rows(gpu, "cuda")
     assert "wall ms" in gpu_text.splitlines()[0] and "peak MB" in gpu_text.splitlines()[0]
     assert "events around back-to-back calls" in gpu_text
+    assert "GB/s" not in gpu_text.splitlines()[0]                     # a prompt row reads no counted bytes
+
+
+def test_decode_rows_give_gb_s_by_events_and_by_graph_replay():
+    row = bench.BenchRow("32768x64", "int8", "plugin (flash)", 0.0673, 1.0, 1e-6, 5e-7, "", 0.0, 0.091, 0.0634,
+                         138.6e6 / (0.0673 * 1e6), 138.6e6 / (0.0634 * 1e6))
+    text = bench.format_rows([row], "cuda")
+    head, _, cells = text.splitlines()[:3]
+    cols = [c for c in head.split("  ") if c.strip()]
+    assert "GB/s" in cols and "graph GB/s" in cols
+    vals = cells.split()  # the method "plugin (flash)" is two words: values sit one place right of their column
+    assert vals[cols.index("GB/s") + 1] == "2059" and vals[cols.index("graph GB/s") + 1] == "2186"
+    assert "graph GB/s: the same bytes / graph ms" in text
