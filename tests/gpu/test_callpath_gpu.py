@@ -292,3 +292,28 @@ def test_cupy_arrays_in_and_out_through_a_plan(torch_cuda):
     assert isinstance(out, cupy.ndarray) and bool((out == ref).all())
     host = sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width)
     assert np.abs(cupy.asnumpy(out) - host).max() <= 1e-5 * np.abs(host).max()
+
+
+def test_cuda_q_and_out_off_a_16_byte_boundary_are_refused_before_any_kernel(gpu_case, torch_cuda):
+    """The plugin ABI needs 16-byte aligned q and out (several kernels move them in 16-byte vectors): a CUDA view 4
+    bytes past a boundary is refused by a plain call and by a plan, naming the argument, and nothing runs."""
+    torch = torch_cuda
+    _, (q, kv, ids, width) = gpu_case
+    flat = torch.zeros(q.numel() + 4, device=q.device)
+    off = (-flat.data_ptr() % 16 + 4) // 4
+    bad = flat[off:off + q.numel()].view(q.shape)
+    assert bad.data_ptr() % 16 == 4 and bad.is_contiguous()
+    bad.copy_(q)
+    p = sk.plan(kv, op="decode", max_queries=q.shape[0], cap=ids.shape[1], n_head=q.shape[1])
+    with pytest.raises(ValueError, match="q: expected data aligned to 16 bytes"):
+        sk.qsa_prompt_attn(bad, kv, ids, width)
+    with pytest.raises(ValueError, match="out: expected data aligned to 16 bytes"):
+        sk.qsa_decode_attn(q, kv, ids, width, out=bad)
+    with pytest.raises(ValueError, match="q: expected data aligned to 16 bytes"):
+        p.run(bad, ids, width)
+    with pytest.raises(ValueError, match="out: expected data aligned to 16 bytes"):
+        p.run(q, ids, width, out=bad)
+    assert torch.equal(bad, q)  # untouched: no kernel wrote to it
+    out = torch.empty_like(q)
+    assert torch.equal(p.run(q, ids, width, out=out), sk.qsa_decode_attn(q, kv, ids, width))
+    _clean(torch)
