@@ -382,17 +382,16 @@ class Plan:
         if self._legacy:
             return self._run_legacy(q, ids, width, out, stream, kvargs)
         s = f.stream(dev, stream)
-        qp, op = f.ptr(q), f.ptr(out)
-        if (qp | op) & 15:  # q or out not 16-byte aligned: the checks say which
-            self._mismatch(q, ids, width, out, kvargs)
-        if f.arrays:
+        # q or out off a 16-byte boundary: the loader launches nothing and answers MISALIGNED (_outcome says which)
+        if f.arrays:  # numpy: the loader reads the addresses itself (faster than reading them here)
             r = self._bound.run_arrays(q, out, ids, width, 4 if len(ws) == 2 else 1, s)
         elif self._scratch_per_call:
             scratch = f.scratch(q, self.workspace_floats)
-            r = self._bound.run(qp, op, f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1,
-                                s, f.ptr(scratch), self.workspace_floats)
+            r = self._bound.run(f.ptr(q), f.ptr(out), f.ptr(ids), f.ptr(width), n_q, self.cap,
+                                4 if len(ws) == 2 else 1, s, f.ptr(scratch), self.workspace_floats)
         else:
-            r = self._bound.run(qp, op, f.ptr(ids), f.ptr(width), n_q, self.cap, 4 if len(ws) == 2 else 1, s)
+            r = self._bound.run(f.ptr(q), f.ptr(out), f.ptr(ids), f.ptr(width), n_q, self.cap,
+                                4 if len(ws) == 2 else 1, s)
         if r:
             self._outcome(r, q, ids, width, out, stream, s, len(ws) == 2, kvargs)
         elif self._sync:
@@ -484,6 +483,8 @@ class Plan:
     def _outcome(self, r, q, ids, width, out, stream, s, steps, kvargs=None):
         from . import _loader
         st = r[0]
+        if st == _loader.MISALIGNED:  # nothing launched: the checks name the argument (and raise)
+            self._mismatch(q, ids, width, out, kvargs)
         if st == _loader.PENDING:
             self.words.raise_pending()
             # The word was reset meanwhile (another thread reported it): launch now.

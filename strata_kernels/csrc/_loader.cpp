@@ -150,6 +150,7 @@ struct Bound {
 constexpr int64_t kNoOffence = INT64_MAX;
 constexpr int kPending = 100;  // an earlier call's offence is pending: nothing launched
 constexpr int kFlagged = 101;  // this call ran and flagged an offence (host plugins)
+constexpr int kMisaligned = 102;  // q or out does not start on a 16-byte boundary (the ABI's): nothing launched
 
 // Calls sharing one scratch buffer must not interleave their launches (a chunk kernel of one call between the
 // chunk and merge kernels of another on the same stream): a striped lock on the scratch address.
@@ -167,6 +168,9 @@ bool pending(const Bound &b) {
 nb::object run_bound(Bound &b, uintptr_t q, uintptr_t out, uintptr_t ids, uintptr_t width, int64_t n_q, int64_t cap,
                      int64_t width_stride, uintptr_t stream, uintptr_t scratch, int64_t scratch_floats) {
     if (b.scan && pending(b)) return nb::make_tuple(kPending, std::string());
+    // The plugin ABI's alignment of q and out (kernels move them in 16-byte vectors), checked where every plan's
+    // call passes (run_arrays' addresses are read only here): the caller's checks then say which argument.
+    if ((q | out) & 15u) return nb::make_tuple(kMisaligned, std::string());
     strata_attn_args a = b.a;
     if (scratch) {  // this call's own scratch (the plain calls': the framework's stream-ordered allocator)
         a.scratch = reinterpret_cast<float *>(scratch);
@@ -352,6 +356,7 @@ NB_MODULE(_loader, m) {
 
     m.attr("PENDING") = kPending;
     m.attr("FLAGGED") = kFlagged;
+    m.attr("MISALIGNED") = kMisaligned;
 
     nb::class_<Bound>(m, "Bound")
         .def("run", &run_bound, nb::arg("q"), nb::arg("out"), nb::arg("ids"), nb::arg("width"), nb::arg("n_q"),

@@ -129,6 +129,22 @@ def test_a_plan_refuses_q_or_out_off_a_16_byte_boundary(sk, case):
     assert torch.equal(p.run(q, ids, width), torch.from_numpy(sk.qsa_decode_attn(case.q, kv, case.ids, case.width)))
 
 
+
+def test_a_numpy_plan_refuses_q_or_out_off_a_16_byte_boundary(sk, case):
+    """The numpy plan hands its arrays to the loader, which reads their addresses (run_arrays): the alignment is
+    checked there, and the refusal names the argument and writes nothing."""
+    p = sk.plan(case.kv, "decode", max_queries=16, cap=case.ids.shape[1], n_head=case.q.shape[1])
+    bad_out = _misaligned(np.full_like(case.q, 7.0))
+    with pytest.raises(ValueError, match="out: expected data aligned to 16 bytes"):
+        p.run(case.q, case.ids, case.width, out=bad_out)
+    assert (bad_out == 7.0).all()
+    out = np.full_like(case.q, 7.0)
+    with pytest.raises(ValueError, match="q: expected data aligned to 16 bytes"):
+        p.run(_misaligned(case.q), case.ids, case.width, out=out)
+    assert (out == 7.0).all()
+    assert np.array_equal(p.run(case.q, case.ids, case.width, out=out),
+                          sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width))
+
 def test_ids_outside_the_cache_raise_and_nothing_crashes(sk, case):
     ids = case.ids.copy()
     ids[5, 17] = 10**9
