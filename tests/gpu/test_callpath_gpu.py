@@ -294,6 +294,33 @@ def test_cupy_arrays_in_and_out_through_a_plan(torch_cuda):
     assert np.abs(cupy.asnumpy(out) - host).max() <= 1e-5 * np.abs(host).max()
 
 
+def test_a_cupy_plan_refuses_q_or_out_off_a_16_byte_boundary(torch_cuda):
+    """A CuPy plan passes addresses to the loader, which refuses q or out off a 16-byte boundary (MISALIGNED, nothing
+    launched); the plan's checks then name the argument."""
+    cupy = pytest.importorskip("cupy")
+    case = testing.make_case("int8", 2100, 8, seed=10)
+    k = case.kv
+    c = cupy.asarray
+    kv = sk.KVCache.int8(c(k.k), c(k.k_scale), c(k.v), c(k.v_scale), c(k.page_table))
+    q, ids, width = c(case.q), c(case.ids), c(case.width)
+    p = sk.plan(kv, op="decode", max_queries=8, cap=case.ids.shape[1], n_head=q.shape[1])
+    flat = cupy.full(q.size + 4, 7.0, dtype=cupy.float32)
+    off = (-flat.data.ptr % 16 + 4) // 4  # a view 4 bytes past a 16-byte boundary
+    bad = flat[off:off + q.size].reshape(q.shape)
+    assert bad.data.ptr % 16 == 4 and bad.flags.c_contiguous
+    with pytest.raises(ValueError, match="out: expected data aligned to 16 bytes"):
+        p.run(q, ids, width, out=bad)
+    cupy.cuda.get_current_stream().synchronize()
+    assert bool((bad == 7.0).all())  # untouched: no kernel wrote to it
+    bad[...] = q
+    with pytest.raises(ValueError, match="q: expected data aligned to 16 bytes"):
+        p.run(bad, ids, width)
+    out = cupy.empty_like(q)
+    p.run(q, ids, width, out=out)
+    cupy.cuda.get_current_stream().synchronize()
+    assert bool((out == sk.qsa_decode_attn(q, kv, ids, width)).all())
+
+
 def test_cuda_q_and_out_off_a_16_byte_boundary_are_refused_before_any_kernel(gpu_case, torch_cuda):
     """The plugin ABI needs 16-byte aligned q and out (several kernels move them in 16-byte vectors): a CUDA view 4
     bytes past a boundary is refused by a plain call and by a plan, naming the argument, and nothing runs."""
