@@ -129,7 +129,6 @@ def test_a_plan_refuses_q_or_out_off_a_16_byte_boundary(sk, case):
     assert torch.equal(p.run(q, ids, width), torch.from_numpy(sk.qsa_decode_attn(case.q, kv, case.ids, case.width)))
 
 
-
 def test_a_numpy_plan_refuses_q_or_out_off_a_16_byte_boundary(sk, case):
     """The numpy plan hands its arrays to the loader, which reads their addresses (run_arrays): the alignment is
     checked there, and the refusal names the argument and writes nothing."""
@@ -144,6 +143,7 @@ def test_a_numpy_plan_refuses_q_or_out_off_a_16_byte_boundary(sk, case):
     assert (out == 7.0).all()
     assert np.array_equal(p.run(case.q, case.ids, case.width, out=out),
                           sk.qsa_decode_attn(case.q, case.kv, case.ids, case.width))
+
 
 def test_ids_outside_the_cache_raise_and_nothing_crashes(sk, case):
     ids = case.ids.copy()

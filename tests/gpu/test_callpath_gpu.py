@@ -277,13 +277,18 @@ def test_opcheck_on_the_gpu(torch_cuda):
         torch.library.opcheck(getattr(torch.ops.strata_kernels, name + "_out").default, args + (torch.empty_like(q),))
 
 
-def test_cupy_arrays_in_and_out_through_a_plan(torch_cuda):
-    cupy = pytest.importorskip("cupy")
+def _cupy_case(cupy):
+    """The INT8 case of the CuPy tests, its KV cache and q, ids, width as CuPy arrays."""
     case = testing.make_case("int8", 2100, 8, seed=10)
     k = case.kv
     c = cupy.asarray
     kv = sk.KVCache.int8(c(k.k), c(k.k_scale), c(k.v), c(k.v_scale), c(k.page_table))
-    q, ids, width = c(case.q), c(case.ids), c(case.width)
+    return case, kv, c(case.q), c(case.ids), c(case.width)
+
+
+def test_cupy_arrays_in_and_out_through_a_plan(torch_cuda):
+    cupy = pytest.importorskip("cupy")
+    case, kv, q, ids, width = _cupy_case(cupy)
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     p = sk.plan(kv, op="decode", max_queries=8, cap=case.ids.shape[1], n_head=q.shape[1])
     out = cupy.empty_like(q)
@@ -298,11 +303,7 @@ def test_a_cupy_plan_refuses_q_or_out_off_a_16_byte_boundary(torch_cuda):
     """A CuPy plan passes addresses to the loader, which refuses q or out off a 16-byte boundary (MISALIGNED, nothing
     launched); the plan's checks then name the argument."""
     cupy = pytest.importorskip("cupy")
-    case = testing.make_case("int8", 2100, 8, seed=10)
-    k = case.kv
-    c = cupy.asarray
-    kv = sk.KVCache.int8(c(k.k), c(k.k_scale), c(k.v), c(k.v_scale), c(k.page_table))
-    q, ids, width = c(case.q), c(case.ids), c(case.width)
+    case, kv, q, ids, width = _cupy_case(cupy)
     p = sk.plan(kv, op="decode", max_queries=8, cap=case.ids.shape[1], n_head=q.shape[1])
     flat = cupy.full(q.size + 4, 7.0, dtype=cupy.float32)
     off = (-flat.data.ptr % 16 + 4) // 4  # a view 4 bytes past a 16-byte boundary
