@@ -9,16 +9,18 @@
 #   KERNEL=flash:             ci/decode_splits.py flash SHAPES (default 32768x1,32768x8,32768x64,32768x256),
 #                             CUDA-graph GPU time per call
 # CHECK: the variants (as named in VARS) that also get `strata-kernels parity --variant $KERNEL` (every format the
-# variant takes) and the kernel's GPU tests. Alternate main's template with the candidates (VARS="a0 v1 a0 v1"):
-# calls differ by ~1 %.
+# variant takes), the kernel's GPU tests and, for grouped, ci/grouped_items_parity.py (more work items than
+# multiprocessors), once each, at the variant's first occurrence. Alternate main's template with the candidates
+# (VARS="a0 v1 a0 v1"): calls differ by ~1 %.
 # Usage: KERNEL=flash VARS="ci/.var/f0.j2 ci/.var/f1.j2" CHECK="ci/.var/f1.j2" bash ci/gpu_try_variants.sh
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 KERNEL=${KERNEL:-grouped}
 case $KERNEL in
-  grouped) TIME="python3 ci/grouped_kernels.py ${SHAPES:-32768x2048}"; TESTS=tests/gpu/test_grouped.py ;;
+  grouped) TIME="python3 ci/grouped_kernels.py ${SHAPES:-32768x2048}"; TESTS=tests/gpu/test_grouped.py
+           EXTRA="python3 ci/grouped_items_parity.py" ;;
   flash) TIME="python3 ci/decode_splits.py flash ${SHAPES:-32768x1,32768x8,32768x64,32768x256}"
-         TESTS=tests/gpu/test_flash_decode.py ;;
+         TESTS=tests/gpu/test_flash_decode.py; EXTRA=true ;;
   *) echo "KERNEL must be grouped or flash, got $KERNEL"; exit 2 ;;
 esac
 LOG=${OUT:-/tmp}/try_variants
@@ -36,8 +38,10 @@ for v in ${VARS:-ci/.var/v*.j2}; do
     > "$LOG/build_$name.txt" 2>&1 || { echo "== $v: build failed"; tail -5 "$LOG/build_$name.txt"; continue; }
   echo "== $v $(date +%T)"; $TIME 2>&1 | grep -v -i warn
   case " ${CHECK:-} " in *" $v "*)
+    CHECK=${CHECK/$v/}  # checked once, at its first occurrence
     timeout 300 python3 -m strata_kernels parity --device cuda --variant "$KERNEL" --reps 1 > "$LOG/parity_$name.txt" 2>&1
     grep -E "PASSED|FAIL" "$LOG/parity_$name.txt" | tail -2
+    timeout 300 $EXTRA 2>&1 | tail -6
     timeout 300 python3 -m pytest "$TESTS" -q 2>&1 | tail -1 ;;
   esac
 done
