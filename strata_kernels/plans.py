@@ -440,9 +440,9 @@ class Plan:
     def _launch_torch(self, q, ids, width, out, n_q, steps, s, stream, kvargs):
         """The launch of a checked torch call on stream handle ``s``, then its outcome."""
         # (q or out off a 16-byte boundary: the loader answers MISALIGNED, the legacy path's checks refuse it)
-        qp, op = q.data_ptr(), out.data_ptr()
         if self._legacy:
             return self._run_legacy(q, ids, width, out, stream, kvargs)
+        qp, op = q.data_ptr(), out.data_ptr()
         if self._scratch_per_call:
             scratch = self._facts.torch.empty(self.workspace_floats, dtype=self._facts.f32, device=q.device)
             r = self._bound.run(qp, op, ids.data_ptr(), width.data_ptr(), n_q, self.cap, steps, s, scratch.data_ptr(),
