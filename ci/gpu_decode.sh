@@ -50,24 +50,13 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
   run_sanitizers ${SANITIZER_TIMEOUT:-150} python3 ci/sanitize_case.py flash; status=$(( status | $? ))
 fi
 if has ncu && command -v ncu >/dev/null; then
-  cat > /tmp/ncu_decode.py <<'EOF'
-import torch, strata_kernels as sk
-from strata_kernels import testing
-case = testing.make_case("int8", 32768, 64)
-t = lambda a: torch.from_numpy(a).cuda()
-kv = sk.KVCache.int8(t(case.kv.k), t(case.kv.k_scale), t(case.kv.v), t(case.kv.v_scale), t(case.kv.page_table))
-q, ids, w = t(case.q), t(case.ids), t(case.width)
-for _ in range(3):
-    sk.qsa_decode_attn(q, kv, ids, w, variant="flash")
-torch.cuda.synchronize()
-EOF
   stalls=$(for r in barrier short_scoreboard long_scoreboard wait math_pipe_throttle mio_throttle lg_throttle \
     not_selected selected dispatch_stall no_instruction branch_resolving membar tex_throttle imc_miss; do
     printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio," $r; done)
   pipes="sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__issue_active.avg.pct_of_peak_sustained_active"
   timeout 200 ncu --kernel-name regex:flash --launch-skip 2 --launch-count 2 --section SpeedOfLight \
     --section Occupancy --section LaunchStats --metrics "${stalls}${pipes}" \
-    python3 /tmp/ncu_decode.py > "$OUT/ncu_decode.txt" 2>&1
+    python3 ci/decode_case.py 32768x64 > "$OUT/ncu_decode.txt" 2>&1
   grep -E "flash|Duration|Throughput|Achieved Occupancy|Registers|stalled|pipe|inst_executed|bank|issue_active|warps_active" "$OUT/ncu_decode.txt" | head -80
 fi
 echo "== exit $status =="
