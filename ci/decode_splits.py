@@ -5,19 +5,13 @@ import sys
 import torch
 
 import strata_kernels as sk
-from strata_kernels import bench, testing
+from strata_kernels import bench, parity, testing
 
 variant, shapes = sys.argv[1], bench.parse_shapes(sys.argv[2])
 fmt = sys.argv[3] if len(sys.argv) > 3 else "int8"
 for ctx, n_q in shapes:
     case = testing.make_case(fmt, ctx, n_q)
-    t = lambda a: None if a is None else torch.from_numpy(a).cuda()  # noqa: E731
-    kv = case.kv
-    tkv = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
-           "fp16": lambda: sk.KVCache.fp16(t(kv.k), t(kv.v), t(kv.page_table)),
-           "q4_0": lambda: sk.KVCache.q4_0(t(kv.k), t(kv.v), t(kv.page_table)),
-           "k8v4": lambda: sk.KVCache.k8v4(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.page_table))}[fmt]()
-    q, ids, w = t(case.q), t(case.ids), t(case.width)
+    q, tkv, ids, w = parity._place(case, ("cuda", 0))
     out = torch.empty_like(q)
     fn = lambda: sk.qsa_decode_attn(q, tkv, ids, w, variant=variant, out=out)  # noqa: E731
     ms = bench._graph_ms(fn, ("cuda", 0), calls=20, replays=10)
