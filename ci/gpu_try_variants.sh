@@ -6,8 +6,8 @@
 # the tree as it is, so nothing but ci/.var needs carrying.
 #   KERNEL=grouped (default): ci/grouped_kernels.py, the GPU time of each kernel of a call at SHAPES
 #                             (default 32768x2048)
-#   KERNEL=flash:             ci/decode_splits.py flash SHAPES (default 32768x1,32768x8,32768x64,32768x256),
-#                             CUDA-graph GPU time per call
+#   KERNEL=flash:             ci/decode_splits.py flash SHAPES (default 32768x1,32768x8,32768x64,32768x256) for
+#                             each format in FMTS (default int8), CUDA-graph GPU time per call
 # CHECK: the variants (as named in VARS) that also get `strata-kernels parity --variant $KERNEL` (every format the
 # variant takes), the kernel's GPU tests and, for grouped, ci/grouped_items_parity.py (more work items than
 # multiprocessors), once each, at the variant's first occurrence. Alternate main's template with the candidates
@@ -19,7 +19,7 @@ KERNEL=${KERNEL:-grouped}
 case $KERNEL in
   grouped) TIME="python3 ci/grouped_kernels.py ${SHAPES:-32768x2048}"; TESTS=tests/gpu/test_grouped.py
            EXTRA="python3 ci/grouped_items_parity.py" ;;
-  flash) TIME="python3 ci/decode_splits.py flash ${SHAPES:-32768x1,32768x8,32768x64,32768x256}"
+  flash) TIME="eval for f in ${FMTS:-int8}; do python3 ci/decode_splits.py flash ${SHAPES:-32768x1,32768x8,32768x64,32768x256} \$f; done"
          TESTS=tests/gpu/test_flash_decode.py; EXTRA=true ;;
   *) echo "KERNEL must be grouped or flash, got $KERNEL"; exit 2 ;;
 esac
