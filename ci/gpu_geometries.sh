@@ -9,7 +9,7 @@
 #
 # Run from the repository root (the tree may travel without .git):
 #   STRATA_KERNELS_COMMIT=$(git rev-parse --short HEAD) bash ci/gpu_geometries.sh
-# Optional: STAGES="build parity bench" (default all three), BENCH_GEOMETRIES="128x4 128x8 256x12",
+# Optional: STAGES="build parity bench" (default all three), VARIANTS (default: every variant the plugin holds), BENCH_GEOMETRIES="128x4 128x8 256x12",
 #   BENCH_SHAPES=32768x2048,2100x256 (prompt), DECODE_SHAPES=32768x1,32768x8 (decode), PARITY_TIMEOUT=120 (per geometry),
 #   DEADLINE_S=540 (every step ends by then), PARITY_ARGS (default "--reps 1": correctness, not timing), MAX_JOBS (default: all cores), STRATA_KERNELS_BUILD_DIR (default /tmp/strata-geometries-build).
 # A carried loader (strata_kernels/_loader.abi3.so, built on the CPU machine as ci/gpu_h200.sh says) is used when
@@ -69,7 +69,7 @@ json.dump({"plugin": sys.argv[1], "bytes": os.path.getsize(sys.argv[1]), "varian
            "geometries": [f"{g['head_dim']}x{g['group']}" for g in m["geometries"]]}, sys.stdout)
 EOF
 GEOMETRIES=$($PY -c "import json; print(' '.join(json.load(open('$OUT/plugin.json'))['geometries']))")
-VARIANTS=$($PY -c "import json; print(','.join(json.load(open('$OUT/plugin.json'))['variants']))")
+VARIANTS=${VARIANTS:-$($PY -c "import json; print(','.join(json.load(open('$OUT/plugin.json'))['variants']))")}
 echo "$(basename "$PLUGIN"): geometries $GEOMETRIES; variants $VARIANTS" | tee -a "$OUT/env.txt"
 $PY -m strata_kernels explain 2>&1 | grep -E "sm_90|geometr|chosen" | head -8 | tee -a "$OUT/env.txt"
 

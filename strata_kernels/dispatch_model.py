@@ -95,22 +95,33 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
             return "v1", "INT8 on the Turing branch: v1"
         if _flag(env, "STRATA_PROMPT_ATTN_IMMA"):
             return "imma", "STRATA_PROMPT_ATTN_IMMA=1: imma"
-        if env.get("STRATA_PROMPT_ATTN_GROUPED", "")[:1] == "0":
-            return "v2", "STRATA_PROMPT_ATTN_GROUPED=0: v2"
-        head_dim, group, n_head_kv, sms = shape if shape else (256, 0, 0, 0)
-        if head_dim not in (128, 256):
-            return "v2", ("INT8 on sm_80+: v2 (grouped is chosen automatically at head_dim 128 and 256, where it was "
-                          "verified)")
-        need, have = grouped_smem_bytes(), SMEM_OPTIN_KB.get(cc, 0) * 1024
-        if have < need:
-            return "v2", (f"INT8 on sm_80+: v2 (grouped needs {need // 1024} KB of shared memory per block, the "
-                          f"device allows {have // 1024} KB)")
-        blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
-        if sms and group and n_head_kv and blocks * 4 < sms:
-            return "v2", (f"INT8 on sm_80+: v2 (grouped would run {blocks} blocks, fewer than a quarter of the {sms} "
-                          f"multiprocessors)")
-        return "grouped", f"INT8 on sm_80+ with {have // 1024} KB of shared memory per block: grouped"
-    return ("v70", "FP16 on Volta: v70") if volta else ("v1", "FP16: v1 mode 0")
+        return _grouped_or("INT8", "v2", cc, env, n_q, shape)
+    if volta:
+        return "v70", "FP16 on Volta: v70"
+    if "STRATA_PROMPT_ATTN_V1" in env:
+        return "v1", "STRATA_PROMPT_ATTN_V1 is set: v1"
+    if turing:
+        return "v1", "FP16: v1 mode 0"
+    return _grouped_or("FP16", "v1", cc, env, n_q, shape)
+
+
+def _grouped_or(fmt: str, other: str, cc: int, env: Mapping[str, str], n_q: int, shape) -> tuple[str, str]:
+    """INT8 and FP16 prompts on sm_80+: grouped where it was verified and pays, else `other` (v2 / v1)."""
+    if env.get("STRATA_PROMPT_ATTN_GROUPED", "")[:1] == "0":
+        return other, f"STRATA_PROMPT_ATTN_GROUPED=0: {other}"
+    head_dim, group, n_head_kv, sms = shape if shape else (256, 0, 0, 0)
+    if head_dim not in (128, 256):
+        return other, (f"{fmt} on sm_80+: {other} (grouped is chosen automatically at head_dim 128 and 256, where it "
+                       "was verified)")
+    need, have = grouped_smem_bytes(), SMEM_OPTIN_KB.get(cc, 0) * 1024
+    if have < need:
+        return other, (f"{fmt} on sm_80+: {other} (grouped needs {need // 1024} KB of shared memory per block, the "
+                       f"device allows {have // 1024} KB)")
+    blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
+    if sms and group and n_head_kv and blocks * 4 < sms:
+        return other, (f"{fmt} on sm_80+: {other} (grouped would run {blocks} blocks, fewer than a quarter of the "
+                       f"{sms} multiprocessors)")
+    return "grouped", f"{fmt} on sm_80+ with {have // 1024} KB of shared memory per block: grouped"
 
 
 def _hip_pre75(gfx: str, env: Mapping[str, str]) -> bool:

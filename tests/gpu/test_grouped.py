@@ -1,4 +1,4 @@
-"""The grouped INT8 prompt kernel (one gathered tile serves a group of queries) on the GPU: QSA_SPEC §6.5 check 1
+"""The grouped prompt kernel (INT8, and FP16 where noted) (one gathered tile serves a group of queries) on the GPU: QSA_SPEC §6.5 check 1
 and 2 against the FP64 oracle and the fp32 variant, selections that the union must handle (unsorted rows,
 duplicates, disjoint neighbours, garbage past the width, holes, width 0, partial last group), determinism."""
 import subprocess
@@ -32,7 +32,7 @@ def _run(to_cuda, case):
     return g, f
 
 
-@pytest.mark.parametrize("ctx,n_q,kw", [
+INT8_CASES = [
     (4096, 64, {}),
     (1500, 37, {}),                       # short context, 37 = 7 groups of 5 + a group of 2
     (2100, 256, {}),                      # the identity-to-sparse edge
@@ -42,9 +42,15 @@ def _run(to_cuda, case):
     (65536, 24, {}),                      # ids spanning two windows of membership bits (32768 cells each at G 12)
     (600000, 10, {}),                     # ids spanning more than the windows take (12 x 32768 cells at G 12): the
                                           # merge-path union
-])
-def test_grouped_parity(to_cuda, ctx, n_q, kw):
-    case = testing.make_case("int8", ctx, n_q, **kw)
+]
+# FP16 K and V go straight into the fp16 tiles (no stage, no conversion), K of tile t + 1 copied while tile t's
+# softmax and p·V run, V while the next q·k runs: the same checks
+FP16_CASES = [c for c in INT8_CASES if c[:2] not in ((2100, 256), (600000, 10))]
+
+
+@pytest.mark.parametrize("fmt,ctx,n_q,kw", [("int8", *c) for c in INT8_CASES] + [("fp16", *c) for c in FP16_CASES])
+def test_grouped_parity(to_cuda, fmt, ctx, n_q, kw):
+    case = testing.make_case(fmt, ctx, n_q, **kw)
     g, f = _run(to_cuda, case)
     _check(case, g, f)
     if kw.get("width0"):
@@ -88,8 +94,9 @@ def test_grouped_flags_out_of_range_ids(to_cuda, monkeypatch):
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
 
 
-def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda):
-    case = testing.make_case("int8", 4096, 512)   # 103 groups x 2 KV heads: a grid that fills the H200
+@pytest.mark.parametrize("fmt,other", [("int8", "v2"), ("fp16", "v1")])
+def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda, fmt, other):
+    case = testing.make_case(fmt, 4096, 512)   # 103 groups x 2 KV heads: a grid that fills the H200
     q, kv, ids, width = to_cuda(case)
     a = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
     b = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
@@ -98,10 +105,10 @@ def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda):
         w = sk.which(q, kv, ids, width)
         assert w.variant == "grouped", w
         assert "grouped" in w.reason
-        # 64 queries: 13 groups x 2 KV heads = 26 blocks, under a quarter of the 132 multiprocessors: v2
+        # 64 queries: 13 groups x 2 KV heads = 26 blocks, under a quarter of the 132 multiprocessors: v2 (INT8), v1
         small = [x[:64] for x in (q, ids, width)]
         w = sk.which(small[0], kv, small[1], small[2])
-        assert w.variant == "v2" and "26 blocks" in w.reason, w
+        assert w.variant == other and "26 blocks" in w.reason, w
 
 
 def test_grouped_flags_page_entries_out_of_range(to_cuda, monkeypatch):

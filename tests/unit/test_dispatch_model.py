@@ -20,10 +20,10 @@ MATRIX = [
     ("cuda", "sm_75", "sm_75", {"fp16": "v1", "int8": "v1", "k8v4": "v1", "q4_0": "fp32"}),
     ("cuda", "sm_80", "sm_80", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
     ("cuda", "sm_86", "sm_86", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
-    ("cuda", "sm_90", "sm_90", {"fp16": "v1", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
-    ("cuda", "sm_100", "sm_100", {"fp16": "v1", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
-    ("cuda", "sm_103", "sm_103", {"fp16": "v1", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
-    ("cuda", "sm_110", "sm_110", {"fp16": "v1", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_90", "sm_90", {"fp16": "grouped", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_100", "sm_100", {"fp16": "grouped", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_103", "sm_103", {"fp16": "grouped", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
+    ("cuda", "sm_110", "sm_110", {"fp16": "grouped", "int8": "grouped", "k8v4": "v1", "q4_0": "v1"}),
     ("cuda", "sm_120", "sm_120", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
     ("cuda", "sm_121", "sm_120", {"fp16": "v1", "int8": "v2", "k8v4": "v1", "q4_0": "v1"}),
     ("cuda", "sm_70", "sm_70", {"fp16": "v70", "int8": "v70", "k8v4": "v70", "q4_0": "fp32"}),
@@ -51,6 +51,9 @@ SWITCH_CASES = [
     ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "attn"}, "int8", "prompt", 1, "v1"),      # Turing branch
     ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "select"}, "int8", "prompt", 1, "grouped"),  # scorer only
     ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_GROUPED": "0"}, "int8", "prompt", 1, "v2"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_GROUPED": "0"}, "fp16", "prompt", 1, "v1"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_V1": ""}, "fp16", "prompt", 1, "v1"),
+    ("cuda", "sm_90", "sm_90", {"STRATA_QSA_WARP": "attn"}, "fp16", "prompt", 1, "v1"),      # Turing branch
     ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_GROUPED": "0", "STRATA_PROMPT_ATTN_IMMA": "1"}, "int8", "prompt",
      1, "imma"),
     ("cuda", "sm_90", "sm_90", {"STRATA_PROMPT_ATTN_OLD": "1", "STRATA_PROMPT_ATTN_GROUPED": "1"}, "int8", "prompt", 1,
@@ -117,6 +120,12 @@ def test_grouped_needs_a_grid_that_fills_a_quarter_of_the_device():
     assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=2048, shape=(64, 8, 2, 132))[0] == "v2"
     # without a call's shape (explain): the answer for a full grid
     assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=1)[0] == "grouped"
+    # FP16 follows the same rule, with v1 where grouped does not pay
+    assert dm.choose("cuda", "sm_90", "prompt", "fp16", h200, env={}, n_q=2048, shape=(256, 12, 2, 132))[0] == "grouped"
+    name, why = dm.choose("cuda", "sm_90", "prompt", "fp16", h200, env={}, n_q=256, shape=(128, 4, 2, 132))
+    assert name == "v1" and why.startswith("FP16 on sm_80+: v1") and "32 blocks" in why
+    assert dm.choose("cuda", "sm_90", "prompt", "fp16", h200, env={}, n_q=2048, shape=(64, 8, 2, 132))[0] == "v1"
+    assert dm.choose("cuda", "sm_80", "prompt", "fp16", variants("sm_80"), env={})[0] == "v1"  # 163 KB
 
 
 def test_bad_arguments_name_the_argument():
