@@ -82,8 +82,6 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
         if turing:
             return "fp32", "Q4_0 below sm_80: the decode algorithm"
         return "v1", "Q4_0 on sm_80+: v1 mode 4"
-    if fmt == "k8v4":
-        return ("v70", "K8V4 on Volta: v70") if volta else ("v1", "K8V4: v1 mode 3")
     if fmt == "int8":
         if volta:
             return "v70", "INT8 on Volta: v70"
@@ -96,17 +94,19 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
         if _flag(env, "STRATA_PROMPT_ATTN_IMMA"):
             return "imma", "STRATA_PROMPT_ATTN_IMMA=1: imma"
         return _grouped_or("INT8", "v2", cc, env, n_q, shape)
+    # FP16 and K8V4 (v1 modes 0 and 3)
+    name, mode = ("K8V4", 3) if fmt == "k8v4" else ("FP16", 0)
     if volta:
-        return "v70", "FP16 on Volta: v70"
+        return "v70", f"{name} on Volta: v70"
     if "STRATA_PROMPT_ATTN_V1" in env:
         return "v1", "STRATA_PROMPT_ATTN_V1 is set: v1"
     if turing:
-        return "v1", "FP16: v1 mode 0"
-    return _grouped_or("FP16", "v1", cc, env, n_q, shape)
+        return "v1", f"{name}: v1 mode {mode}"
+    return _grouped_or(name, "v1", cc, env, n_q, shape)
 
 
 def _grouped_or(fmt: str, other: str, cc: int, env: Mapping[str, str], n_q: int, shape) -> tuple[str, str]:
-    """INT8 and FP16 prompts on sm_80+: grouped where it was verified and pays, else `other` (v2 / v1)."""
+    """INT8, FP16 and K8V4 prompts on sm_80+: grouped where it was verified and pays, else `other` (v2 / v1)."""
     if env.get("STRATA_PROMPT_ATTN_GROUPED", "")[:1] == "0":
         return other, f"STRATA_PROMPT_ATTN_GROUPED=0: {other}"
     head_dim, group, n_head_kv, sms = shape if shape else (256, 0, 0, 0)

@@ -37,7 +37,7 @@ VARIANT_FORMATS: dict[str, tuple[str, ...]] = {
     **{v: tuple(FORMATS[c] for c in r["formats"]) for v, r in VARIANT_RULES.items()},
     "fp64": FORMATS,
 }
-ROUNDS_V = ("v1", "v70")          # gather K8V4 V as fp16_rn((n - 8) d): budgeted in cases 7-8 (docs/verification.md)
+ROUNDS_V = ("v1", "v70", "grouped")  # gather K8V4 V as fp16_rn((n - 8) d): budgeted in cases 7-8 (docs/verification.md)
 REPORT_ONLY = ("wmma_fast",)      # docs/verification.md: reported, not held to checks 1-2
 PERIOD = 251
 OLD_BATCH = 32                    # ATTN_BATCH of docs/operation.md

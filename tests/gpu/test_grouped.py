@@ -1,4 +1,4 @@
-"""The grouped prompt kernel (INT8, and FP16 where noted) (one gathered tile serves a group of queries) on the GPU: QSA_SPEC §6.5 check 1
+"""The grouped prompt kernel (INT8, and FP16 and K8V4 where noted) (one gathered tile serves a group of queries) on the GPU: QSA_SPEC §6.5 check 1
 and 2 against the FP64 oracle and the fp32 variant, selections that the union must handle (unsorted rows,
 duplicates, disjoint neighbours, garbage past the width, holes, width 0, partial last group), determinism."""
 import subprocess
@@ -25,6 +25,20 @@ def _check(case, out, fp32, queries=None):
     return err / scale
 
 
+def _check_k8v4(case, out, fp32):
+    """§6.5 check 4: K8V4's V rounded to fp16 as gathered (as v1 does), so check 1 takes max(|out - ref| - B) with B
+    the rounding budget, and check 2 widens by 2^-11 max|v| + 2^-25."""
+    sample = np.arange(case.n_q)
+    ref, budget = reference.qsa_attn_fp64_with_budget(case.q, case.kv, case.ids, case.width, sample)
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    err = float(np.max(np.abs(out - ref) - budget))
+    err32 = float(np.abs(fp32 - ref).max())
+    assert np.isfinite(out).all()
+    assert err <= max(4 * err32, 1e-6 * scale), f"{case.name}: grouped {err:.3e} over budget, fp32 {err32:.3e}"
+    bound2 = 1e-4 * scale + 2.0 ** -11 * reference.v_abs_max(case.kv) + 2.0 ** -25
+    assert float(np.abs(out - fp32).max()) <= bound2
+
+
 def _run(to_cuda, case):
     q, kv, ids, width = to_cuda(case)
     g = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped").cpu().numpy()
@@ -48,11 +62,21 @@ INT8_CASES = [
 FP16_CASES = [c for c in INT8_CASES if c[:2] not in ((2100, 256), (600000, 10))]
 
 
-@pytest.mark.parametrize("fmt,ctx,n_q,kw", [("int8", *c) for c in INT8_CASES] + [("fp16", *c) for c in FP16_CASES])
+# K8V4: INT8's K path; V Q4_0 rows (two 18-byte blocks a 64-dim group, 4-byte aligned) copied and dequantised to
+# fp16 as gathered, with the writer's realistic V scales and the synthetic ones
+K8V4_CASES = [(4096, 64, {}), (1500, 37, {"real_scales": True}), (1500, 40, {"holes": True}),
+              (1500, 40, {"width0": True}), (65536, 24, {})]
+
+
+@pytest.mark.parametrize("fmt,ctx,n_q,kw", [("int8", *c) for c in INT8_CASES] + [("fp16", *c) for c in FP16_CASES]
+                         + [("k8v4", *c) for c in K8V4_CASES])
 def test_grouped_parity(to_cuda, fmt, ctx, n_q, kw):
     case = testing.make_case(fmt, ctx, n_q, **kw)
     g, f = _run(to_cuda, case)
-    _check(case, g, f)
+    if fmt == "k8v4":
+        _check_k8v4(case, g, f)
+    else:
+        _check(case, g, f)
     if kw.get("width0"):
         assert (g[case.width == 0] == 0).all()
 
@@ -94,7 +118,7 @@ def test_grouped_flags_out_of_range_ids(to_cuda, monkeypatch):
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
 
 
-@pytest.mark.parametrize("fmt,other", [("int8", "v2"), ("fp16", "v1")])
+@pytest.mark.parametrize("fmt,other", [("int8", "v2"), ("fp16", "v1"), ("k8v4", "v1")])
 def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda, fmt, other):
     case = testing.make_case(fmt, 4096, 512)   # 103 groups x 2 KV heads: a grid that fills the H200
     q, kv, ids, width = to_cuda(case)
