@@ -81,7 +81,9 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
             return "fp32", "STRATA_PROMPT_ATTN_Q4=0: the decode algorithm"
         if turing:
             return "fp32", "Q4_0 below sm_80: the decode algorithm"
-        return "v1", "Q4_0 on sm_80+: v1 mode 4"
+        if "STRATA_PROMPT_ATTN_V1" in env:
+            return "v1", "STRATA_PROMPT_ATTN_V1 is set: v1"
+        return _grouped_or("Q4_0", "v1", cc, env, n_q, shape)
     if fmt == "int8":
         if volta:
             return "v70", "INT8 on Volta: v70"
@@ -106,7 +108,7 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
 
 
 def _grouped_or(fmt: str, other: str, cc: int, env: Mapping[str, str], n_q: int, shape) -> tuple[str, str]:
-    """INT8, FP16 and K8V4 prompts on sm_80+: grouped where it was verified and pays, else `other` (v2 / v1)."""
+    """INT8, FP16, K8V4 and Q4_0 prompts on sm_80+: grouped where it was verified and pays, else `other` (v2 / v1)."""
     if env.get("STRATA_PROMPT_ATTN_GROUPED", "")[:1] == "0":
         return other, f"STRATA_PROMPT_ATTN_GROUPED=0: {other}"
     head_dim, group, n_head_kv, sms = shape if shape else (256, 0, 0, 0)

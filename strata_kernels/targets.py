@@ -38,7 +38,7 @@ VARIANT_RULES = {
     "wmma_i8": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
     "rdna2": {"formats": (1,), "min_cc": 0, "ops": ("prompt", "decode")},
     "split": {"formats": (1,), "min_cc": 80, "ops": ("decode",)},
-    "grouped": {"formats": (1, 0, 3), "min_cc": 80, "ops": ("prompt", "decode")},
+    "grouped": {"formats": (1, 0, 3, 2), "min_cc": 80, "ops": ("prompt", "decode")},
     "flash": {"formats": (0, 1, 2, 3), "min_cc": 80, "ops": ("decode",)},
 }
 

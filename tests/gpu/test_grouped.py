@@ -1,4 +1,4 @@
-"""The grouped prompt kernel (INT8, and FP16 and K8V4 where noted) (one gathered tile serves a group of queries) on the GPU: QSA_SPEC §6.5 check 1
+"""The grouped prompt kernel (INT8, and FP16, K8V4 and Q4_0 where noted) (one gathered tile serves a group of queries) on the GPU: QSA_SPEC §6.5 check 1
 and 2 against the FP64 oracle and the fp32 variant, selections that the union must handle (unsorted rows,
 duplicates, disjoint neighbours, garbage past the width, holes, width 0, partial last group), determinism."""
 import subprocess
@@ -66,10 +66,14 @@ FP16_CASES = [c for c in INT8_CASES if c[:2] not in ((2100, 256), (600000, 10))]
 # fp16 as gathered, with the writer's realistic V scales and the synthetic ones
 K8V4_CASES = [(4096, 64, {}), (1500, 37, {"real_scales": True}), (1500, 40, {"holes": True}),
               (1500, 40, {"width0": True}), (65536, 24, {})]
+# Q4_0: K and V rows of two 18-byte blocks a 64-dim group, nibbles exact in fp16, each block's K scale applied to its
+# own q·k partial and each block's V scale folded into its own p·V operand (the checks of INT8, no budget)
+Q4_CASES = [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}), (1500, 40, {"width0": True}),
+            (65536, 24, {})]
 
 
 @pytest.mark.parametrize("fmt,ctx,n_q,kw", [("int8", *c) for c in INT8_CASES] + [("fp16", *c) for c in FP16_CASES]
-                         + [("k8v4", *c) for c in K8V4_CASES])
+                         + [("k8v4", *c) for c in K8V4_CASES] + [("q4_0", *c) for c in Q4_CASES])
 def test_grouped_parity(to_cuda, fmt, ctx, n_q, kw):
     case = testing.make_case(fmt, ctx, n_q, **kw)
     g, f = _run(to_cuda, case)
@@ -118,7 +122,7 @@ def test_grouped_flags_out_of_range_ids(to_cuda, monkeypatch):
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
 
 
-@pytest.mark.parametrize("fmt,other", [("int8", "v2"), ("fp16", "v1"), ("k8v4", "v1")])
+@pytest.mark.parametrize("fmt,other", [("int8", "v2"), ("fp16", "v1"), ("k8v4", "v1"), ("q4_0", "v1")])
 def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda, fmt, other):
     case = testing.make_case(fmt, 4096, 512)   # 103 groups x 2 KV heads: a grid that fills the H200
     q, kv, ids, width = to_cuda(case)
