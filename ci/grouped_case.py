@@ -1,6 +1,8 @@
 """The grouped prompt call the device scripts profile: the spec's INT8 data at one shape, placed on cuda:0.
 `python3 ci/grouped_case.py [CTXxNQ]` makes two calls (the workload of ncu in ci/gpu_grouped.sh and
-ci/grouped_profile.sh); ci/grouped_kernels.py imports `place` and `call`."""
+ci/grouped_profile.sh); ci/grouped_kernels.py imports `place` and `call`. CASE_OP=decode: the flash decode call
+instead (`CASE_OP=decode python3 ci/grouped_kernels.py 32768x1`: the GPU time of flash and its merge kernel)."""
+import os
 import sys
 
 import torch
@@ -16,7 +18,10 @@ def place(shape: str):
 
 
 def call(args) -> None:
-    sk.qsa_prompt_attn(*args, variant="grouped")
+    if os.environ.get("CASE_OP") == "decode":
+        sk.qsa_decode_attn(*args, variant="flash")
+    else:
+        sk.qsa_prompt_attn(*args, variant="grouped")
 
 
 if __name__ == "__main__":
