@@ -1,7 +1,8 @@
 """The grouped prompt call the device scripts profile: the spec's INT8 data at one shape, placed on cuda:0.
 `python3 ci/grouped_case.py [CTXxNQ]` makes two calls (the workload of ncu in ci/gpu_grouped.sh and
 ci/grouped_profile.sh); ci/grouped_kernels.py imports `place` and `call`. CASE_OP=decode: the flash decode call
-instead (`CASE_OP=decode python3 ci/grouped_kernels.py 32768x1`: the GPU time of flash and its merge kernel)."""
+instead (`CASE_OP=decode python3 ci/grouped_kernels.py 32768x1`: the GPU time of flash and its merge kernel).
+CASE_FMT: the KV format (default int8)."""
 import os
 import sys
 
@@ -14,7 +15,7 @@ from strata_kernels import parity, testing
 def place(shape: str):
     """(q, kv, ids, width) on cuda:0 for a shape "CTXxNQ"."""
     ctx, n_q = (int(x) for x in shape.split("x"))
-    return parity._place(testing.make_case("int8", ctx, n_q), ("cuda", 0))
+    return parity._place(testing.make_case(os.environ.get("CASE_FMT", "int8"), ctx, n_q), ("cuda", 0))
 
 
 def call(args) -> None:
