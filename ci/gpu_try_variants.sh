@@ -26,6 +26,7 @@ esac
 LOG=${OUT:-/tmp}/try_variants
 mkdir -p "$LOG"
 TPL=templates/cuda/$KERNEL.cu.j2
+[ "${SKIP_TREE:-0}" = 1 ] ||  # SKIP_TREE=1: the loader and plugins are built already (an earlier step of the call)
 MAX_JOBS=${MAX_JOBS:-16} STRATA_KERNELS_BUILD_DIR=/tmp/b0 STRATA_TARGETS="cpu;sm_90" \
   python3 -c "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')" \
   > "$LOG/build_tree.txt" 2>&1 || { echo "the tree's build failed"; tail -20 "$LOG/build_tree.txt"; exit 1; }

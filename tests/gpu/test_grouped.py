@@ -85,6 +85,26 @@ def test_grouped_parity(to_cuda, fmt, ctx, n_q, kw):
         assert (g[case.width == 0] == 0).all()
 
 
+@pytest.mark.parametrize("ctx,n_q,kw", [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}),
+                                        (1500, 40, {"width0": True}), (65536, 24, {})])
+def test_grouped_int8_without_the_warp_specialized_kernel(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
+    # INT8 on sm_90a (head_dim 128 / 256) runs grouped_ws; STRATA_GROUPED_WS=0 gives the one-role kernel that every
+    # other target and geometry runs: both meet the checks, and each repeats its bits.
+    case = testing.make_case("int8", ctx, n_q, **kw)
+    q, kv, ids, width = to_cuda(case)
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    outs = {}
+    for ws in ("0", "1"):
+        monkeypatch.setenv("STRATA_GROUPED_WS", ws)
+        a = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+        b = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+        assert torch_cuda.equal(a, b), f"STRATA_GROUPED_WS={ws}: two calls differ"
+        outs[ws] = a.cpu().numpy()
+        _check(case, outs[ws], f)
+        if kw.get("width0"):
+            assert (outs[ws][case.width == 0] == 0).all()
+
+
 def test_grouped_rows_that_are_not_ascending(to_cuda):
     # Unsorted rows, a duplicated cell (counted twice) and garbage past the width: the group falls back to the
     # concatenation of its rows, which keeps the semantics.
