@@ -36,9 +36,13 @@ def grouped_smem_bytes(head_dim: int = 256) -> int:
     return 656 * head_dim + 62720
 
 
-# The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/): flash is the fastest decode that
-# passes parity at every query count measured (INT8, 1-256 queries: split takes 17-61 % more CUDA-graph time) and
-# the only fast decode of the other formats, so it is the sm_80+ default; STRATA_QSA_SPLIT_ATTN=1 still forces split.
+# The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/, docs/results/2026-12-03-h200-decode-
+# grouped/): flash is the fastest per-query decode that passes parity (INT8, 1-256 queries: split takes 17-61 % more
+# CUDA-graph time), so it is the sm_80+ default; a call's queries share one cache, so where they fill at least
+# DECODE_GROUPED_BLOCKS grouped blocks (a block per group of 64 / G queries and KV head) per window of the union
+# pre-pass (32768 cells at G 8-12; at most 12) grouped's one gather of each group's union is faster (INT8 / FP16 / K8V4 at head_dim 128 and 256; Q4_0 stays on flash). STRATA_QSA_SPLIT_ATTN=1
+# still forces split, STRATA_DECODE_GROUPED=0 gives flash everywhere (the plugin's dispatch.inc.j2: the same rule).
+DECODE_GROUPED_BLOCKS = 16
 
 
 def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
@@ -48,7 +52,8 @@ def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
 
 
 def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
-               shape: tuple[int, int, int, int] | None = None) -> tuple[str, str]:
+               shape: tuple[int, int, int, int] | None = None, has_grouped: bool = True,
+               cells: int = 0) -> tuple[str, str]:
     if op == "decode":
         if _flag(env, "STRATA_QSA_SPLIT_ATTN") and fmt == "int8" and cc >= 80:
             return "split", "STRATA_QSA_SPLIT_ATTN=1, INT8, sm_80+: the split decode"
@@ -60,8 +65,21 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
         if env.get("STRATA_DECODE_FLASH", "")[:1] == "0":
             return "fp32", "STRATA_DECODE_FLASH=0: chunk + merge"
         if cc >= 80:
+            off = env.get("STRATA_DECODE_GROUPED", "")[:1] == "0"
+            if shape and not off and has_grouped and fmt != "q4_0":
+                head_dim, group, n_head_kv, _ = shape
+                per = min(64 // max(group, 1), 32)
+                blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
+                ubits = next(b for b in (1, 2, 4, 8, 16, 32) if per <= b)
+                uwc = 8192 * (32 // ubits)
+                need = DECODE_GROUPED_BLOCKS * min(max(-(-cells // uwc), 1), 12)
+                if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
+                        and blocks >= need):
+                    return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "
+                                       f"{need} for a {cells}-cell cache: one gather of each group's union serves "
+                                       "all its queries; STRATA_DECODE_GROUPED=0 gives flash)")
             return "flash", ("sm_80+: flash (flash-decoding, all four formats; the fastest decode that passes "
-                             "parity)")
+                             f"parity{'; STRATA_DECODE_GROUPED=0' if off else ''})")
         return "fp32", "chunk + merge"
     if _flag(env, "STRATA_PROMPT_ATTN_OLD"):
         return "fp32", "STRATA_PROMPT_ATTN_OLD=1: the decode algorithm"
@@ -192,11 +210,13 @@ def _runnable(variant: str, kind: str, arch: str, fmt: str, op: str) -> str | No
 
 def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
            env: Mapping[str, str] | None = None, n_q: int = 1,
-           shape: tuple[int, int, int, int] | None = None) -> tuple[str, str]:
+           shape: tuple[int, int, int, int] | None = None, cells: int = 0) -> tuple[str, str]:
     """(variant, reason) that a plugin holding ``variants`` would run for ``op`` on ``fmt`` KV on the device
     ``kind``/``arch`` (``sm_86``, ``gfx1100``, …) under the switches in ``env`` (default: this process's).
     ``shape``: (head_dim, G, n_head_kv, multiprocessors) of a call, for the CUDA INT8 prompt rule's head_dim and grid
-    checks; without it the rule answers for head_dim 256 and a grid that fills the device."""
+    checks (and the decode rule's grouped blocks); without it the rule answers for head_dim 256 and a grid that fills
+    the device, and the decode operation for flash. ``cells``: the cache's logical cells (4 x its page-table
+    entries), for the decode rule's union windows."""
     if op not in ("prompt", "decode"):
         raise ValueError(f"op must be 'prompt' or 'decode', got {op!r}")
     if fmt not in FORMATS:
@@ -209,7 +229,7 @@ def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
             return "fp32_lanecell", "SYCL, STRATA_ATTN_LANECELL=1: the lane-per-cell chunk kernel"
         return "fp32", "SYCL: chunk + merge"
     if kind == "cuda":
-        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, shape)
+        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, shape, "grouped" in variants, cells)
         if wish not in variants or _runnable(wish, kind, arch, fmt, op):
             return "fp32", f"{reason}; '{wish}' is not in the plugin, so the FP32 chunk + merge algorithm runs"
         return wish, reason

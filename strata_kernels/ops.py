@@ -328,12 +328,12 @@ def decode_scratch_floats(cap: int, n_head: int, head_dim: int) -> int:
 def grouped_scratch_floats(n_q: int, cap: int, group: int, head_dim: int = 256, n_head_kv: int = 1) -> int:
     """Floats of scratch the grouped prompt kernel takes from the caller for ``n_q`` queries (its union of each group's
     selections: physical cell and membership word per entry, plus the running union where shared memory cannot hold
-    it; and the partial results of the work units it splits over the last wave, at most min(256, 8 x units) pieces
-    of 64 rows); with less it uses a buffer of the plugin's own."""
+    it; and the partial results of the work units it runs in pieces, at most min(512, 8 x units) pieces of 64 rows);
+    with less it uses a buffer of the plugin's own."""
     from .targets import grouped_queries
     nq = grouped_queries(group)
     groups = -(-n_q // nq)
-    pieces = min(256, 8 * groups * n_head_kv)
+    pieces = min(512, 8 * groups * n_head_kv)
     return (groups * nq * cap * 16 + groups * 4 + 64) // 4 + pieces * (64 * head_dim + 128) + 4
 
 
@@ -380,7 +380,10 @@ def _call_arrays(op: int, q, kv, ids, width, variant, out, stream):
         # prompt fallback runs 32 queries at a time as the engine does; decode takes as many as fit a 256 MB budget.
         per = decode_scratch_floats(c.cap, c.n_head, kv.head_dim)
         n = 32 if op == _OP_PROMPT else max(32, _SCRATCH_BUDGET_FLOATS // per)
-        scratch = _framework_alloc(q, (min(c.n_q, n, _MAX_QUERIES_PER_LAUNCH) * per,), "float32")
+        floats = min(c.n_q, n, _MAX_QUERIES_PER_LAUNCH) * per
+        if op == _OP_DECODE:  # a decode call of many queries may run grouped (docs/variants.md): its scratch too
+            floats = max(floats, grouped_scratch_floats(c.n_q, c.cap, c.group, kv.head_dim, kv.n_head_kv))
+        scratch = _framework_alloc(q, (floats,), "float32")
     st, msg = plugin.call(op, variant, kv.format_code, c.q, out, c.ids, c.width, c.width_stride,
                           kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale, kv.n_head_kv, kv.head_dim, c.group,
                           kv.n_phys_pages, scratch, bad, 0, _stream_handle(q, stream))

@@ -318,7 +318,8 @@ class Plan:
         return _ops.Which(name, why)
 
     def _scratch_floats(self) -> int:
-        """Scratch for max_queries: decode always; prompt when chunk + merge or split runs, and grouped's union."""
+        """Scratch for max_queries: decode always (and grouped's, which a decode call of many queries runs); prompt
+        when chunk + merge or split runs, and grouped's union."""
         if self.on_host:
             return 0
         if self.op == "prompt":
@@ -333,7 +334,11 @@ class Plan:
                 return 0
         per = _ops.decode_scratch_floats(self.cap, self.n_head, self.kv.head_dim)
         n = 32 if self.op == "prompt" else max(32, _ops._SCRATCH_BUDGET_FLOATS // per)
-        return min(self.max_queries, n, _ops._MAX_QUERIES_PER_LAUNCH) * per
+        floats = min(self.max_queries, n, _ops._MAX_QUERIES_PER_LAUNCH) * per
+        if self.op == "decode":  # a call of many queries may run grouped (docs/variants.md): room for its scratch
+            floats = max(floats, _ops.grouped_scratch_floats(self.max_queries, self.cap, self.group, self.head_dim,
+                                                             self.kv.n_head_kv))
+        return floats
 
     def _set_workspace(self, workspace: Any) -> None:
         if isinstance(workspace, _Shared):

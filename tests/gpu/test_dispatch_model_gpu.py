@@ -1,6 +1,7 @@
 """The CUDA plugin's own which() against the Python statement of QSA_SPEC §5.4 (dispatch_model) that `explain`
-uses, on the device present, for every format × operation under a set of switch combinations. The plugins read
-their switches once per process, so each combination runs in a fresh interpreter."""
+uses, on the device present, for every format × operation at 4 and 64 queries (the decode rule's grouped blocks)
+under a set of switch combinations. The plugins read their switches once per process, so each combination runs in
+a fresh interpreter."""
 from __future__ import annotations
 
 import json
@@ -25,9 +26,10 @@ out = {"arch": None, "variants": None, "which": {}, "sms": torch.cuda.get_device
 res = resolve.resolution_for("cuda", 0)
 out["arch"] = res.device.arch
 out["variants"] = res.chosen.plugin.manifest.get("dispatch_variants")
-for fmt in ("fp16", "int8", "q4_0", "k8v4"):
-    case = testing.make_case(fmt, 2100, 4)
+for fmt, n_q in ((f, n) for f in ("fp16", "int8", "q4_0", "k8v4") for n in (4, 64)):
+    case = testing.make_case(fmt, 2100, n_q)
     out["shape"] = [int(case.q.shape[2]), int(case.q.shape[1]) // int(case.kv.n_head_kv), int(case.kv.n_head_kv)]
+    out["cells"] = 4 * int(case.kv.page_table.shape[0])
     kv = case.kv
     t = lambda a: None if a is None else torch.from_numpy(a).to(dev)
     b = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
@@ -36,7 +38,7 @@ for fmt in ("fp16", "int8", "q4_0", "k8v4"):
          "k8v4": lambda: sk.KVCache.k8v4(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.page_table))}[fmt]()
     for op in ("prompt", "decode"):
         w = sk.which(t(case.q), b, t(case.ids), t(case.width), path=op)
-        out["which"][f"{op}/{fmt}"] = [w.variant, w.reason]
+        out["which"][f"{op}/{fmt}/{n_q}"] = [w.variant, w.reason]
 print("JSON" + json.dumps(out))
 """
 
@@ -49,6 +51,7 @@ SWITCH_SETS = [
     {"STRATA_EMULATE_CC": "75", "STRATA_PROMPT_ATTN_Q4": "1"},
     {"STRATA_PROMPT_ATTN_Q4": "0", "STRATA_QSA_SPLIT_ATTN": "1"},
     {"STRATA_ATTN_DAILY": "1", "STRATA_ATTN_LANECELL": "1"},
+    {"STRATA_DECODE_GROUPED": "0", "STRATA_PROMPT_ATTN_GROUPED": "0"},
 ]
 
 
@@ -62,7 +65,7 @@ def test_model_agrees_with_the_plugin(torch_cuda, switches):
     got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("JSON"))[4:])
     arch, variants = got["arch"], got["variants"]
     for key, (variant, reason) in got["which"].items():
-        op, fmt = key.split("/")
-        want, why = dispatch_model.choose("cuda", arch, op, fmt, variants, env=switches, n_q=4,
-                                          shape=(*got["shape"], got["sms"]))
+        op, fmt, n_q = key.split("/")
+        want, why = dispatch_model.choose("cuda", arch, op, fmt, variants, env=switches, n_q=int(n_q),
+                                          shape=(*got["shape"], got["sms"]), cells=got["cells"])
         assert variant == want, f"{key} under {switches}: plugin {variant} ({reason}); model {want} ({why})"

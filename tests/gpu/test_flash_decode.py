@@ -1,11 +1,12 @@
 """The flash decode kernel (issue 12) on the GPU: every format against the FP64 oracle and the chunk + merge decode
 (QSA_SPEC §6.5 checks 1-2), one split and many, masked cells (holes, width 0, garbage past the width), out-of-range
-ids and page entries, bitwise repeatability, and that it is the decode default on sm_80+."""
+ids and page entries, bitwise repeatability, and that it is the decode default on sm_80+ (grouped where a call's
+queries fill at least 16 of its blocks)."""
 import numpy as np
 import pytest
 
 import strata_kernels as sk
-from strata_kernels import reference, testing
+from strata_kernels import dispatch_model, reference, testing
 
 
 def _decode(to_cuda, case, variant):
@@ -73,3 +74,29 @@ def test_flash_is_the_decode_default_on_sm80_and_newer(to_cuda, torch_cuda):
         q, kv, ids, width = to_cuda(testing.make_case(fmt, 300, 2))
         w = sk.which(q, kv, ids, width, path="decode")
         assert w.variant == "flash" and "flash" in w.reason, (fmt, w)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp16", "k8v4", "q4_0"])
+def test_a_decode_call_of_many_queries_runs_grouped_and_matches_fp64(to_cuda, torch_cuda, fmt):
+    # (256, 12), two KV heads: 64 queries are 26 grouped blocks (>= 16), so the decode default is grouped on a device
+    # with the shared memory for it (sm_90, sm_100+), except for Q4_0, which stays on flash; the result is FP32-level
+    # against the FP64 oracle, agrees with flash, and is the same bits every call.
+    if torch_cuda.cuda.get_device_capability() < (8, 0):
+        pytest.skip("flash and grouped need sm_80+")
+    case = testing.make_case(fmt, 32768, 64)
+    q, kv, ids, width = to_cuda(case)
+    w = sk.which(q, kv, ids, width, path="decode")
+    props = torch_cuda.cuda.get_device_properties(0)
+    big = getattr(props, "shared_memory_per_block_optin", 0) >= dispatch_model.grouped_smem_bytes()
+    assert w.variant == ("grouped" if big and fmt != "q4_0" else "flash"), w
+    a = sk.qsa_decode_attn(q, kv, ids, width)
+    b = sk.qsa_decode_attn(q, kv, ids, width)
+    assert torch_cuda.equal(a, b)
+    out = a.cpu().numpy()
+    f32 = _decode(to_cuda, case, "fp32")
+    fl = _decode(to_cuda, case, "flash")
+    ref = reference.qsa_attn_fp64(case.q, case.kv, case.ids, case.width)
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    err, err32 = float(np.abs(out - ref).max()), float(np.abs(f32 - ref).max())
+    assert err <= max(4 * err32, 1e-6 * scale), f"{fmt}: {w.variant} {err:.3e}, fp32 {err32:.3e}, scale {scale:.3e}"
+    assert float(np.abs(out - fl).max()) <= 1e-4 * scale

@@ -1,8 +1,8 @@
 """The grouped prompt kernel's scratch as Python sizes it (ops.grouped_scratch_floats, what a plan allocates so that no
 call allocates) must hold what the launcher in templates/cuda/grouped.cu.j2 asks for: the union (an entry's cell,
 membership word and, where shared memory cannot hold it, the running union: 16 bytes an entry at most), the entry
-counts, and the partial results of the work units it splits over the last wave (at most MAX_SLOTS pieces, and at most
-8 per unit, of ROWS x HD output floats plus 2 x ROWS maxima and sums, and 16 bytes of alignment)."""
+counts, and the partial results of the work units it runs in pieces (at most MAX_SLOTS pieces, and at most 8 per
+unit, of ROWS x HD output floats plus 2 x ROWS maxima and sums, and 16 bytes of alignment)."""
 import re
 from pathlib import Path
 
@@ -20,6 +20,24 @@ def _constant(name: str) -> int:
     return int(m.group(1))
 
 
+def _pieces(units: int, sms: int, cap: int, max_slots: int) -> tuple[int, int]:
+    """(whole, pieces) as the launcher's makespan model picks them (grouped.cu.j2)."""
+    tl, o = max(cap / 64, 1.0), 3.0
+    rem = units % sms
+    best, whole, pieces = -1.0, units, 1
+    w, k = units - rem, 0
+    while w >= 0 and k < 4:
+        for n in range(1, 9):
+            split = units - w
+            if n > 1 and (split == 0 or split * n > max_slots):
+                break
+            cost = (w // sms) * (tl + o) + -(-split * n // sms) * (tl / n + o)
+            if best < 0 or cost < best - 1e-9:
+                best, whole, pieces = cost, (units if n == 1 else w), n
+        w, k = w - sms, k + 1
+    return whole, pieces
+
+
 def _launcher_bytes(n_q: int, cap: int, group: int, head_dim: int, n_head_kv: int, sms: int) -> int:
     """The launcher's request (grouped.cu.j2, worst case: the union in global memory)."""
     rows, max_slots = _constant("ROWS"), _constant("MAX_SLOTS")
@@ -27,17 +45,26 @@ def _launcher_bytes(n_q: int, cap: int, group: int, head_dim: int, n_head_kv: in
     groups = -(-n_q // nq)
     union = groups * nq * cap * 16 + groups * 4 + 64
     units = groups * n_head_kv
-    slots = min(sms, max_slots)
-    rem = units % sms
-    if rem == 0 or rem * 2 > slots:
+    whole, pieces = _pieces(units, sms, cap, max_slots)
+    if whole == units:
         return union
-    pieces = min(slots // rem, 8)
-    return union + rem * pieces * (rows * head_dim + 2 * rows) * 4 + 16
+    assert (units - whole) * pieces <= max_slots and pieces <= 8
+    return union + (units - whole) * pieces * (rows * head_dim + 2 * rows) * 4 + 16
+
+
+def test_the_piece_model_keeps_the_prompt_split_and_splits_decode_sized_calls():
+    # H200 (132 SMs), (256, 12), two KV heads, cap 2051: 2048 queries keep 792 whole units and 28 in quarters; 192
+    # queries (78 units, one partial wave) run in thirds; 256 (104 units) stay whole; 64 (26 units) in fifths.
+    assert _pieces(820, 132, 2051, 512) == (792, 4)
+    assert _pieces(78, 132, 2051, 512) == (0, 3)
+    assert _pieces(104, 132, 2051, 512) == (104, 1)
+    assert _pieces(26, 132, 2051, 512) == (0, 5)
 
 
 @pytest.mark.parametrize("n_q,cap,group,head_dim,n_head_kv", [
     (2048, 2051, 12, 256, 2), (1500, 2051, 12, 256, 2), (256, 2051, 12, 256, 2), (6, 300, 12, 256, 2),
-    (2048, 2051, 4, 128, 2), (65541, 200, 12, 256, 2), (1, 1, 1, 128, 8), (300, 4096, 8, 128, 16)])
+    (2048, 2051, 4, 128, 2), (65541, 200, 12, 256, 2), (1, 1, 1, 128, 8), (300, 4096, 8, 128, 16),
+    (192, 2051, 12, 256, 2), (64, 2051, 12, 256, 2), (40, 64, 12, 256, 2), (4096, 2051, 1, 128, 4)])
 @pytest.mark.parametrize("sms", [1, 20, 108, 132, 148, 170, 300, 1000])
 def test_plan_scratch_holds_what_the_launcher_asks(n_q, cap, group, head_dim, n_head_kv, sms):
     floats = ops.grouped_scratch_floats(n_q, cap, group, head_dim, n_head_kv)
