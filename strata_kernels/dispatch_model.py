@@ -253,4 +253,9 @@ def summary(kind: str, arch: str, variants: Sequence[str], env: Mapping[str, str
                     key=lambda v: (v != "fp32", v))
     int8_decode = choose(kind, arch, "decode", "int8", variants, env=env)[0]
     dec = "/".join(decode) if len(decode) == 1 else f"int8 {int8_decode}, others fp32"
+    # calls of many queries (the decode rule's grouped blocks; head_dim 256, G 12, 2 KV heads, 4096 queries)
+    many = [f for f in FORMATS if choose(kind, arch, "decode", f, variants, env=env, n_q=4096,
+                                         shape=(256, 12, 2, 132))[0] == "grouped"]
+    if many:
+        dec += f" (grouped for calls of many queries: {'/'.join(many)})"
     return f"prompt: {prompt}; decode: {dec}"
