@@ -39,9 +39,10 @@ def grouped_smem_bytes(head_dim: int = 256) -> int:
 # The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/, docs/results/2026-12-03-h200-decode-
 # grouped/): flash is the fastest per-query decode that passes parity (INT8, 1-256 queries: split takes 17-61 % more
 # CUDA-graph time), so it is the sm_80+ default; a call's queries share one cache, so where they fill at least
-# DECODE_GROUPED_BLOCKS grouped blocks (a block per group of 64 / G queries and KV head) per window of the union
-# pre-pass (32768 cells at G 8-12; at most 12) grouped's one gather of each group's union is faster (INT8 / FP16 / K8V4 at head_dim 128 and 256; Q4_0 stays on flash). STRATA_QSA_SPLIT_ATTN=1
-# still forces split, STRATA_DECODE_GROUPED=0 gives flash everywhere (the plugin's dispatch.inc.j2: the same rule).
+# DECODE_GROUPED_BLOCKS grouped blocks (a block per group of 64 / G queries and KV head; Q4_0 twice that) per window
+# of the union pre-pass (32768 cells at G 8-12; at most 12 windows), grouped's one gather of each group's union is
+# faster (head_dim 128 and 256, where its shared memory fits). STRATA_QSA_SPLIT_ATTN=1 still forces split,
+# STRATA_DECODE_GROUPED=0 gives flash everywhere (the plugin's dispatch.inc.j2: the same rule).
 DECODE_GROUPED_BLOCKS = 16
 
 
@@ -66,13 +67,13 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
             return "fp32", "STRATA_DECODE_FLASH=0: chunk + merge"
         if cc >= 80:
             off = env.get("STRATA_DECODE_GROUPED", "")[:1] == "0"
-            if shape and not off and has_grouped and fmt != "q4_0":
+            if shape and not off and has_grouped:
                 head_dim, group, n_head_kv, _ = shape
                 per = min(64 // max(group, 1), 32)
                 blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
                 ubits = next(b for b in (1, 2, 4, 8, 16, 32) if per <= b)
                 uwc = 8192 * (32 // ubits)
-                need = DECODE_GROUPED_BLOCKS * min(max(-(-cells // uwc), 1), 12)
+                need = DECODE_GROUPED_BLOCKS * (2 if fmt == "q4_0" else 1) * min(max(-(-cells // uwc), 1), 12)
                 if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
                         and blocks >= need):
                     return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "

@@ -76,19 +76,20 @@ def test_flash_is_the_decode_default_on_sm80_and_newer(to_cuda, torch_cuda):
         assert w.variant == "flash" and "flash" in w.reason, (fmt, w)
 
 
-@pytest.mark.parametrize("fmt", ["int8", "fp16", "k8v4", "q4_0"])
-def test_a_decode_call_of_many_queries_runs_grouped_and_matches_fp64(to_cuda, torch_cuda, fmt):
-    # (256, 12), two KV heads: 64 queries are 26 grouped blocks (>= 16), so the decode default is grouped on a device
-    # with the shared memory for it (sm_90, sm_100+), except for Q4_0, which stays on flash; the result is FP32-level
-    # against the FP64 oracle, agrees with flash, and is the same bits every call.
+@pytest.mark.parametrize("fmt,n_q,want", [("int8", 64, "grouped"), ("fp16", 64, "grouped"), ("k8v4", 64, "grouped"),
+                                          ("q4_0", 64, "flash"), ("q4_0", 96, "grouped")])
+def test_a_decode_call_of_many_queries_runs_grouped_and_matches_fp64(to_cuda, torch_cuda, fmt, n_q, want):
+    # (256, 12), two KV heads, 32768 cells (one union window): 64 queries are 26 grouped blocks (>= 16), 96 are 40
+    # (>= 32, Q4_0's bar), so the decode default is grouped there on a device with the shared memory for it (sm_90,
+    # sm_100+); the result is FP32-level against the FP64 oracle, agrees with flash, and is the same bits every call.
     if torch_cuda.cuda.get_device_capability() < (8, 0):
         pytest.skip("flash and grouped need sm_80+")
-    case = testing.make_case(fmt, 32768, 64)
+    case = testing.make_case(fmt, 32768, n_q)
     q, kv, ids, width = to_cuda(case)
     w = sk.which(q, kv, ids, width, path="decode")
     props = torch_cuda.cuda.get_device_properties(0)
     big = getattr(props, "shared_memory_per_block_optin", 0) >= dispatch_model.grouped_smem_bytes()
-    assert w.variant == ("grouped" if big and fmt != "q4_0" else "flash"), w
+    assert w.variant == (want if big else "flash"), w
     a = sk.qsa_decode_attn(q, kv, ids, width)
     b = sk.qsa_decode_attn(q, kv, ids, width)
     assert torch_cuda.equal(a, b)
