@@ -3,7 +3,7 @@
 # sm_90 plugins ((256, 12) and (128, 8)), then the stages in STAGES (default all), results under $OUT:
 #   tests:  the decode, dispatch-model and grouped GPU tests
 #   bench:  `strata-kernels bench --op decode`: the default (auto) beside flash and split, the copy floor and torch,
-#           at 1-256 queries and three contexts (GB/s and CUDA-graph time)
+#           at 1-256 queries and three contexts (GB/s and CUDA-graph time); FORMATS (comma-separated, default int8)
 #   probe:  ci/decode_grouped_probe.py, flash against grouped forced, INT8 / FP16 / K8V4 / Q4_0 at (256, 12) and
 #           INT8 at (128, 8)
 #   prompt: the prompt bench of grouped at the four shapes (the piece model changes its split at 1500 x 1500)
@@ -27,7 +27,7 @@ if has tests; then
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if has bench; then
-  timeout 300 python3 -m strata_kernels bench --op decode --device cuda --variant auto,flash,split \
+  timeout 300 python3 -m strata_kernels bench --op decode --device cuda --variant auto,flash,split --format ${FORMATS:-int8} \
     --shapes ${SHAPES:-4096x1,4096x8,4096x64,4096x256,32768x1,32768x8,32768x64,32768x128,32768x192,32768x256,131072x1,131072x64,131072x256} \
     --reps 20 --methods plugin,copy-floor,torch-fp32-sdpa --json "$OUT/bench_decode.json" > "$OUT/bench_decode.txt" 2>&1
   rc=$?; status=$(( status | rc )); sed -n '/^context/,$p' "$OUT/bench_decode.txt"; [ $rc = 0 ] || tail -n 20 "$OUT/bench_decode.txt"
