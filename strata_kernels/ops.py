@@ -325,6 +325,18 @@ def decode_scratch_floats(cap: int, n_head: int, head_dim: int) -> int:
     return -(-cap // 64) * n_head * (head_dim + 2) + 64
 
 
+def call_scratch_floats(op: int, n_q: int, cap: int, n_head: int, head_dim: int, group: int, n_head_kv: int) -> int:
+    """Scratch floats the chunk + merge family and the split / flash decode take for a call (or plan) of ``n_q``
+    queries: the prompt fallback runs 32 queries at a time as the engine does, decode as many as fit a 256 MB budget;
+    a decode call of many queries may run grouped (docs/variants.md), so decode also covers grouped's scratch."""
+    per = decode_scratch_floats(cap, n_head, head_dim)
+    n = 32 if op == _OP_PROMPT else max(32, _SCRATCH_BUDGET_FLOATS // per)
+    floats = min(n_q, n, _MAX_QUERIES_PER_LAUNCH) * per
+    if op == _OP_DECODE:
+        floats = max(floats, grouped_scratch_floats(n_q, cap, group, head_dim, n_head_kv))
+    return floats
+
+
 def grouped_scratch_floats(n_q: int, cap: int, group: int, head_dim: int = 256, n_head_kv: int = 1) -> int:
     """Floats of scratch the grouped prompt kernel takes from the caller for ``n_q`` queries (its union of each group's
     selections: physical cell and membership word per entry, plus the running union where shared memory cannot hold
@@ -376,13 +388,8 @@ def _call_arrays(op: int, q, kv, ids, width, variant, out, stream):
     bad = _framework_alloc(q, (2,), "int64", _INT64_MAX)
     scratch = None
     if c.device[0] != "cpu" and _needs_scratch(plugin, op, variant, c):
-        # Chunk + merge (and split decode) scratch from the caller's framework (torch: its caching allocator). The
-        # prompt fallback runs 32 queries at a time as the engine does; decode takes as many as fit a 256 MB budget.
-        per = decode_scratch_floats(c.cap, c.n_head, kv.head_dim)
-        n = 32 if op == _OP_PROMPT else max(32, _SCRATCH_BUDGET_FLOATS // per)
-        floats = min(c.n_q, n, _MAX_QUERIES_PER_LAUNCH) * per
-        if op == _OP_DECODE:  # a decode call of many queries may run grouped (docs/variants.md): its scratch too
-            floats = max(floats, grouped_scratch_floats(c.n_q, c.cap, c.group, kv.head_dim, kv.n_head_kv))
+        # Chunk + merge (and split decode) scratch from the caller's framework (torch: its caching allocator).
+        floats = call_scratch_floats(op, c.n_q, c.cap, c.n_head, kv.head_dim, c.group, kv.n_head_kv)
         scratch = _framework_alloc(q, (floats,), "float32")
     st, msg = plugin.call(op, variant, kv.format_code, c.q, out, c.ids, c.width, c.width_stride,
                           kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale, kv.n_head_kv, kv.head_dim, c.group,

@@ -332,13 +332,8 @@ class Plan:
                                                    self.kv.n_head_kv)  # one launch for all
             if not (name.startswith("fp32") or name == "split"):
                 return 0
-        per = _ops.decode_scratch_floats(self.cap, self.n_head, self.kv.head_dim)
-        n = 32 if self.op == "prompt" else max(32, _ops._SCRATCH_BUDGET_FLOATS // per)
-        floats = min(self.max_queries, n, _ops._MAX_QUERIES_PER_LAUNCH) * per
-        if self.op == "decode":  # a call of many queries may run grouped (docs/variants.md): room for its scratch
-            floats = max(floats, _ops.grouped_scratch_floats(self.max_queries, self.cap, self.group, self.head_dim,
-                                                             self.kv.n_head_kv))
-        return floats
+        return _ops.call_scratch_floats(_OPS[self.op], self.max_queries, self.cap, self.n_head, self.kv.head_dim,
+                                        self.group, self.kv.n_head_kv)
 
     def _set_workspace(self, workspace: Any) -> None:
         if isinstance(workspace, _Shared):

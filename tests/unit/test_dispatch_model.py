@@ -170,22 +170,21 @@ def test_int8_decode_is_flash_without_a_shape_and_split_only_when_forced():
 def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
     def pick(n_q, shape=(256, 12, 2, 132), arch="sm_90", env=None, plugin=None):
         return dm.choose("cuda", arch, "decode", fmt, plugin or variants(arch), env=env or {}, n_q=n_q, shape=shape)
-    grouped = "grouped"
     if fmt == "q4_0":  # Q4_0's bar is 32 blocks a window (its grouped kernel lost at 26 blocks, won from 40)
         assert [pick(n)[0] for n in (1, 8, 75, 76, 96, 256)] == ["flash"] * 3 + ["grouped"] * 3
         assert pick(128, shape=(128, 8, 2, 132))[0] == "grouped" and pick(120, shape=(128, 8, 2, 132))[0] == "flash"
         return
     # (256, 12), two KV heads: a block per 5 queries and KV head, so 16 blocks from 36 queries on
-    assert [pick(n)[0] for n in (1, 8, 35, 36, 64, 256)] == ["flash"] * 3 + [grouped] * 3
+    assert [pick(n)[0] for n in (1, 8, 35, 36, 64, 256)] == ["flash"] * 3 + ["grouped"] * 3
     why = pick(64)[1]
     assert "26 blocks of 5 queries" in why and "STRATA_DECODE_GROUPED=0" in why
-    assert pick(64, shape=(128, 8, 2, 132))[0] == grouped      # 8 queries a block: 16 blocks
+    assert pick(64, shape=(128, 8, 2, 132))[0] == "grouped"    # 8 queries a block: 16 blocks
     assert pick(56, shape=(128, 8, 2, 132))[0] == "flash"      # 14 blocks
     assert pick(256, shape=(64, 8, 2, 132))[0] == "flash"      # head_dim 64: grouped is not chosen automatically
     assert pick(256, arch="sm_86")[0] == "flash"               # 99 KB of shared memory: grouped does not fit
     assert pick(256, env={"STRATA_DECODE_GROUPED": "0"})[0] == "flash"
     assert "STRATA_DECODE_GROUPED=0" in pick(256, env={"STRATA_DECODE_GROUPED": "0"})[1]
-    assert pick(256, env={"STRATA_PROMPT_ATTN_GROUPED": "0"})[0] == grouped  # the prompt's switch is the prompt's
+    assert pick(256, env={"STRATA_PROMPT_ATTN_GROUPED": "0"})[0] == "grouped"  # the prompt's switch is the prompt's
     assert pick(256, env={"STRATA_DECODE_FLASH": "0"})[0] == "fp32"
     assert pick(256, plugin=[v for v in variants("sm_90") if v != "grouped"])[0] == "flash"
     # a longer cache: 16 blocks per 32768-cell window of the union pre-pass (G 12), at most 12 windows
@@ -193,6 +192,6 @@ def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
     assert dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=155, shape=(256, 12, 2, 132),
                      **big)[0] == "flash"                   # 62 blocks < 64
     assert dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=160, shape=(256, 12, 2, 132),
-                     **big)[0] == grouped                   # 64 blocks
+                     **big)[0] == "grouped"                 # 64 blocks
     assert dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=956, shape=(256, 12, 2, 132),
-                     cells=1 << 22)[0] == grouped           # 384 blocks >= 16 x 12
+                     cells=1 << 22)[0] == "grouped"         # 384 blocks >= 16 x 12
