@@ -2,7 +2,8 @@
 `python3 ci/grouped_case.py [CTXxNQ]` makes two calls (the workload of ncu in ci/gpu_grouped.sh and
 ci/grouped_profile.sh); ci/grouped_kernels.py imports `place` and `call`. CASE_OP=decode: the flash decode call
 instead (`CASE_OP=decode python3 ci/grouped_kernels.py 32768x1`: the GPU time of flash and its merge kernel).
-CASE_FMT: the KV format (default int8)."""
+CASE_FMT: the KV format (default int8). CASE_VARIANT: the decode call's variant (default flash; `grouped` forces
+the prompt kernel onto the decode call). A shape written "decode:CTXxNQ" makes that shape's calls decode calls."""
 import os
 import sys
 
@@ -13,14 +14,14 @@ from strata_kernels import parity, testing
 
 
 def place(shape: str):
-    """(q, kv, ids, width) on cuda:0 for a shape "CTXxNQ"."""
-    ctx, n_q = (int(x) for x in shape.split("x"))
+    """(q, kv, ids, width) on cuda:0 for a shape "CTXxNQ" (or "decode:CTXxNQ")."""
+    ctx, n_q = (int(x) for x in shape.removeprefix("decode:").split("x"))
     return parity._place(testing.make_case(os.environ.get("CASE_FMT", "int8"), ctx, n_q), ("cuda", 0))
 
 
-def call(args) -> None:
-    if os.environ.get("CASE_OP") == "decode":
-        sk.qsa_decode_attn(*args, variant="flash")
+def call(args, op: str = "") -> None:
+    if (op or os.environ.get("CASE_OP")) == "decode":
+        sk.qsa_decode_attn(*args, variant=os.environ.get("CASE_VARIANT", "flash"))
     else:
         sk.qsa_prompt_attn(*args, variant="grouped")
 

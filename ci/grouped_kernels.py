@@ -10,13 +10,14 @@ from grouped_case import call, place  # ci/grouped_case.py (this script's direct
 shapes = sys.argv[1:] or ["32768x2048", "131072x2048", "1500x1500", "2100x256"]
 for shape in shapes:
     args = place(shape)
+    op = "decode" if shape.startswith("decode:") else ""
     for _ in range(3):
-        call(args)
+        call(args, op)
     torch.cuda.synchronize()
     reps = 10
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            call(args)
+            call(args, op)
         torch.cuda.synchronize()
     tot = {}
     for ev in prof.events():

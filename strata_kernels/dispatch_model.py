@@ -36,6 +36,19 @@ def grouped_smem_bytes(head_dim: int = 256) -> int:
     return 656 * head_dim + 62720
 
 
+# The union pre-pass's windows (cuda/grouped_union.inc.j2 defines them for the kernel and the plugin's dispatch):
+# GROUPED_UNION_WORDS words of membership bits, as many bits a cell as the power of two at or above a group's queries;
+# ids spanning GROUPED_UNION_MAX_WINDOWS windows or more take the merge path instead.
+GROUPED_UNION_WORDS = 8192
+GROUPED_UNION_MAX_WINDOWS = 12
+
+
+def grouped_union_window_cells(nq: int) -> int:
+    """Cells in one window of the union pre-pass for groups of ``nq`` queries (32768 at G 8-12)."""
+    bits = next(b for b in (1, 2, 4, 8, 16, 32) if nq <= b)
+    return GROUPED_UNION_WORDS * (32 // bits)
+
+
 # The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/, docs/results/2026-12-03-h200-decode-
 # grouped/): flash is the fastest per-query decode that passes parity (INT8, 1-256 queries: split takes 17-61 % more
 # CUDA-graph time), so it is the sm_80+ default; a call's queries share one cache, so where they fill at least
@@ -71,9 +84,9 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                 head_dim, group, n_head_kv, _ = shape
                 per = min(64 // max(group, 1), 32)
                 blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
-                ubits = next(b for b in (1, 2, 4, 8, 16, 32) if per <= b)
-                uwc = 8192 * (32 // ubits)
-                need = DECODE_GROUPED_BLOCKS * (2 if fmt == "q4_0" else 1) * min(max(-(-cells // uwc), 1), 12)
+                uwc = grouped_union_window_cells(per)
+                windows = min(max(-(-cells // uwc), 1), GROUPED_UNION_MAX_WINDOWS)
+                need = DECODE_GROUPED_BLOCKS * (2 if fmt == "q4_0" else 1) * windows
                 if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
                         and blocks >= need):
                     return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "

@@ -86,6 +86,31 @@ def test_grouped_parity(to_cuda, fmt, ctx, n_q, kw):
 
 
 @pytest.mark.parametrize("ctx,n_q,kw", [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}),
+                                        (1500, 40, {"width0": True}), (65536, 24, {}), (200, 1, {}),
+                                        (2100, 700, {}), (2100, 256, {"holes": True})])
+def test_grouped_int8_packed(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
+    # grouped_ws (INT8, sm_90a) may pack its units' tiles end to end over one block a multiprocessor, a block's first
+    # and last unit taken in segments that grouped_pack_merge joins (STRATA_GROUPED_PACK=1 wherever the form allows,
+    # 0 never): both meet the checks and repeat their bits, on shapes with few units (blocks with empty segments),
+    # many (several units a block), and a group whose queries selected nothing (its unit writes zeros).
+    case = testing.make_case("int8", ctx, n_q, **kw)
+    if n_q >= 10:
+        case.width[:5] = 0  # the first group (5 queries at G 12) selects nothing
+    q, kv, ids, width = to_cuda(case)
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    for pack in ("0", "1"):
+        monkeypatch.setenv("STRATA_GROUPED_PACK", pack)
+        a = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+        b = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+        assert torch_cuda.equal(a, b), f"STRATA_GROUPED_PACK={pack}: two calls differ"
+        g = a.cpu().numpy()
+        _check(case, g, f)
+        assert (g[case.width == 0] == 0).all()
+        d = sk.qsa_decode_attn(q, kv, ids, width, variant="grouped").cpu().numpy()
+        _check(case, d, f)
+
+
+@pytest.mark.parametrize("ctx,n_q,kw", [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}),
                                         (1500, 40, {"width0": True}), (65536, 24, {})])
 def test_grouped_int8_without_the_warp_specialized_kernel(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
     # INT8 on sm_90a (head_dim 128 / 256) runs grouped_ws; STRATA_GROUPED_WS=0 gives the one-role kernel that every

@@ -114,3 +114,20 @@ def test_grouped_shared_memory_bound_is_one_formula():
     assert "sizeof(Smem) + 1024 <= grouped_smem_bytes(HD)" in (tdir / "grouped.cu.j2").read_text()
     for hd in (64, 128, 192, 256):
         assert dispatch_model.grouped_smem_bytes(hd) == int(a) * hd + int(b)
+
+
+def test_grouped_union_window_is_one_definition():
+    """cuda/grouped_union.inc.j2 defines the union pre-pass's windows once: cuda/grouped.cu.j2 sizes them with it and
+    cuda/dispatch.inc.j2 counts a cache's windows with it (both include it); the Python model repeats it."""
+    tdir = ROOT / "templates" / "cuda"
+    inc = (tdir / "grouped_union.inc.j2").read_text()
+    words = int(re.search(r"GROUPED_UNION_WORDS = (\d+);", inc).group(1))
+    windows = int(re.search(r"GROUPED_UNION_MAX_WINDOWS = (\d+);", inc).group(1))
+    assert (words, windows) == (dispatch_model.GROUPED_UNION_WORDS, dispatch_model.GROUPED_UNION_MAX_WINDOWS)
+    for name in ("dispatch.inc.j2", "grouped.cu.j2"):
+        text = (tdir / name).read_text()
+        assert '{% include "cuda/grouped_union.inc.j2" %}' in text, name
+        assert not re.search(r"8192(?!\.f)", text), f"{name} restates the window"  # (8192.f: a V-scale constant)
+    for nq, cells in ((1, 262144), (2, 131072), (5, 32768), (8, 32768), (12, 16384), (32, 8192)):
+        bits = 32 // (cells // words)
+        assert dispatch_model.grouped_union_window_cells(nq) == cells and bits >= nq

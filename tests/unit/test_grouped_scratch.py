@@ -2,7 +2,8 @@
 call allocates) must hold what the launcher in templates/cuda/grouped.cu.j2 asks for: the union (an entry's cell,
 membership word and, where shared memory cannot hold it, the running union: 16 bytes an entry at most), the entry
 counts, and the partial results of the work units it runs in pieces (at most MAX_SLOTS pieces, and at most 8 per
-unit, of ROWS x HD output floats plus 2 x ROWS maxima and sums, and 16 bytes of alignment)."""
+unit, of ROWS x HD output floats plus 2 x ROWS maxima and sums, and 16 bytes of alignment), or of the packed form's
+blocks (two slots a block)."""
 import re
 from pathlib import Path
 
@@ -38,18 +39,28 @@ def _pieces(units: int, sms: int, cap: int, max_slots: int) -> tuple[int, int]:
     return whole, pieces
 
 
-def _launcher_bytes(n_q: int, cap: int, group: int, head_dim: int, n_head_kv: int, sms: int) -> int:
-    """The launcher's request (grouped.cu.j2, worst case: the union in global memory)."""
+def _launcher_bytes(n_q: int, cap: int, group: int, head_dim: int, n_head_kv: int, sms: int,
+                    packed: bool = True) -> int:
+    """The launcher's request (grouped.cu.j2, worst case: the union in global memory; packed: or the packed form's)."""
     rows, max_slots = _constant("ROWS"), _constant("MAX_SLOTS")
     nq = grouped_queries(group)
     groups = -(-n_q // nq)
     union = groups * nq * cap * 16 + groups * 4 + 64
     units = groups * n_head_kv
     whole, pieces = _pieces(units, sms, cap, max_slots)
-    if whole == units:
-        return union
-    assert (units - whole) * pieces <= max_slots and pieces <= 8
-    return union + (units - whole) * pieces * (rows * head_dim + 2 * rows) * 4 + 16
+    slot = (rows * head_dim + 2 * rows) * 4
+    need = union
+    if whole < units:
+        assert (units - whole) * pieces <= max_slots and pieces <= 8
+        need = union + (units - whole) * pieces * slot + 16
+    # grouped_ws's packed form (taken by its model or STRATA_GROUPED_PACK=1): nb = min(sms, 4 units, MAX_SLOTS / 2)
+    # blocks, two slots each, where a block touches at most WS_MAX_ITEMS units
+    nb = min(sms, 4 * units, max_slots // 2)
+    ws_src = (Path(__file__).resolve().parents[2] / "templates" / "cuda" / "grouped_ws.inc.j2").read_text()
+    max_items = int(re.search(r"constexpr int WS_MAX_ITEMS = (\d+);", ws_src).group(1))
+    if packed and nb >= 1 and units <= (max_items - 2) * nb:
+        need = max(need, union + 2 * nb * slot + 16)
+    return need
 
 
 def test_the_piece_model_keeps_the_prompt_split_and_splits_decode_sized_calls():
@@ -74,7 +85,11 @@ def test_plan_scratch_holds_what_the_launcher_asks(n_q, cap, group, head_dim, n_
 def test_the_split_pieces_are_counted():
     # 2048 queries at G 12 (410 groups) x 2 KV heads on 132 SMs: 28 units run as 4 pieces each, 7.4 MB of partials
     # beyond the union; without them in the plan's scratch every such call would fall back to the plugin's buffer.
-    with_pieces = _launcher_bytes(2048, 2051, 12, 256, 2, 132)
-    union_only = _launcher_bytes(2048, 2051, 12, 256, 2, 1)
+    with_pieces = _launcher_bytes(2048, 2051, 12, 256, 2, 132, packed=False)
+    union_only = _launcher_bytes(2048, 2051, 12, 256, 2, 1, packed=False)
     assert with_pieces - union_only == 28 * 4 * (64 * 256 + 128) * 4 + 16
     assert ops.grouped_scratch_floats(2048, 2051, 12, 256, 2) * 4 >= with_pieces
+    # packed over 132 blocks instead: two slots a block
+    packed = _launcher_bytes(2048, 2051, 12, 256, 2, 132)
+    assert packed - union_only == 2 * 132 * (64 * 256 + 128) * 4 + 16
+    assert ops.grouped_scratch_floats(2048, 2051, 12, 256, 2) * 4 >= packed

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# One call on the lent H200 for grouped_ws's packed form (issues 10 and 12),
+# results under $OUT. Builds the loader and the CPU and sm_90 plugins ((256, 12) and (128, 8)), then the stages in
+# STAGES (default all):
+#   pack:   each kernel's GPU time (ci/grouped_kernels.py) of grouped on decode calls of 64-256 queries and the prompt's
+#           shapes, with STRATA_GROUPED_PACK=0 and =1
+#   tests:  the grouped, decode and dispatch-model GPU tests (the packed form forced, the Q4_0 decode bar)
+#   bench:  `strata-kernels bench --op decode` of FORMATS (default int8) at SHAPES, METHODS
+#   prompt: the prompt bench (auto) at the four shapes
+#   sanitize: compute-sanitizer memcheck and racecheck of the packed form (decode and prompt calls)
+#   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
+#           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
+# Usage: STAGES="pack tests" bash ci/gpu_pack.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/strata-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+STAGES=${STAGES:-pack tests bench prompt sanitize}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+status=0
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log -1 --format=%H 2>/dev/null; } \
+  | tee "$OUT/env.txt"
+MAX_JOBS=16 STRATA_KERNELS_BUILD_DIR=/tmp/b0 STRATA_TARGETS="cpu;sm_90" STRATA_ONLY_GEOMETRIES=${GEOMS:-256x12,128x8} \
+  python3 -c "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')" \
+  > "$OUT/build.txt" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.txt"; exit 1; }
+if has pack; then
+  for pk in ${PACKS:-0 1}; do
+    echo "== STRATA_GROUPED_PACK=$pk"
+    STRATA_GROUPED_PACK=$pk CASE_VARIANT=grouped python3 ci/grouped_kernels.py ${PACK_SHAPES:-decode:32768x64 \
+      decode:32768x128 decode:32768x192 decode:32768x256 decode:131072x256 decode:4096x256 32768x2048 2100x256} 2>&1 \
+      | grep -v -i warn
+  done 2>&1 | tee "$OUT/pack.txt"
+fi
+if has tests; then
+  timeout 300 python3 -m pytest ${TESTS:-tests/gpu/test_grouped.py tests/gpu/test_flash_decode.py \
+    tests/gpu/test_dispatch_model_gpu.py} -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/tests.txt" | tail -n 12
+  status=$(( status | ${PIPESTATUS[0]} ))
+fi
+if has bench; then
+  timeout ${BENCH_TIMEOUT:-240} python3 -m strata_kernels bench --op decode --device cuda --variant ${VARIANTS:-auto,flash,split} \
+    --format ${FORMATS:-int8} \
+    --shapes ${SHAPES:-4096x1,32768x1,32768x8,32768x64,32768x128,32768x192,32768x256,4096x256,131072x256} \
+    --reps 20 --methods ${METHODS:-plugin,copy-floor,torch-fp32-sdpa} --json "$OUT/bench_decode.json" \
+    > "$OUT/bench_decode.txt" 2>&1
+  rc=$?; status=$(( status | rc )); [ $rc = 0 ] || tail -n 20 "$OUT/bench_decode.txt"
+fi
+if has prompt; then
+  timeout 150 python3 -m strata_kernels bench --device cuda --variant auto --reps 10 \
+    --shapes 32768x2048,131072x2048,1500x1500,2100x256 --methods plugin --json "$OUT/bench_prompt.json" \
+    > "$OUT/bench_prompt.txt" 2>&1; status=$(( status | $? ))
+fi
+if has sanitize; then  # memcheck and racecheck of the packed form (holes, width 0, garbage past the width)
+  . ci/sanitize.sh
+  run_tools() { if [ "${TOOLS:-both}" = memcheck ]; then
+      timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$@" > /tmp/memcheck.txt 2>&1; local rc=$?
+      echo "compute-sanitizer memcheck: exit $rc; $(grep -E 'ERROR SUMMARY|workload' /tmp/memcheck.txt | tr '\n' ' ')" \
+        | tee "$OUT/sanitizer.txt"; return $rc
+    else run_sanitizers 200 "$@"; fi; }
+  STRATA_GROUPED_PACK=1 run_tools python3 -c "
+import numpy as np, torch, strata_kernels as sk
+from strata_kernels import parity, testing
+for ctx, n_q in ((2100, 192), (1500, 40)):
+    case = testing.make_case('int8', ctx, n_q, holes=True, width0=True)
+    case.width[:5] = 0
+    for i, w in enumerate(case.width):
+        case.ids[i, w:] = np.int32(2**31 - 1)  # never read
+    q, kv, ids, w = parity._place(case, ('cuda', 0))
+    sk.qsa_decode_attn(q, kv, ids, w, variant='grouped')
+    sk.qsa_prompt_attn(q, kv, ids, w, variant='grouped')
+torch.cuda.synchronize()
+print('sanitizer workload done')"; status=$(( status | $? ))
+fi
+if has ab; then  # template variants in VARS (ci/gpu_try_variants.sh; carry ci/.var), unpacked
+  STRATA_GROUPED_PACK=0 SKIP_TREE=1 KERNEL=grouped CASE_VARIANT=grouped OUT=$OUT \
+    SHAPES="${AB_SHAPES:-decode:32768x256 32768x2048}" VARS="${VARS:-ci/.var/m0.j2 ci/.var/p1.j2}" \
+    bash ci/gpu_try_variants.sh 2>&1 | tee "$OUT/ab.txt"
+fi
+exit $status
