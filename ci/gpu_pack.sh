@@ -8,6 +8,8 @@
 #   bench:  `strata-kernels bench --op decode` of FORMATS (default int8) at SHAPES, METHODS
 #   prompt: the prompt bench (auto) at the four shapes
 #   sanitize: compute-sanitizer memcheck and racecheck of the packed form (decode and prompt calls)
+#   profile: ncu (source level) of the kernels in KERNELS (default the union pre-pass) on the decode call PROFILE_SHAPE
+#           (default 32768x256, grouped), all summaries in one file (profile.txt)
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh
@@ -69,6 +71,18 @@ for ctx, n_q in ((2100, 192), (1500, 40)):
     sk.qsa_prompt_attn(q, kv, ids, w, variant='grouped')
 torch.cuda.synchronize()
 print('sanitizer workload done')"; status=$(( status | $? ))
+fi
+if has profile; then  # one file: the device returns few
+  for k in ${KERNELS:-grouped_union_kernel}; do
+    echo "== $k at decode ${PROFILE_SHAPE:-32768x256}"
+    timeout 200 ncu --clock-control none -k regex:"$k" -s 1 -c 1 --import-source no \
+      --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy \
+      -o /tmp/prof_$k -f env CASE_OP=decode CASE_VARIANT=grouped python3 ci/grouped_case.py ${PROFILE_SHAPE:-32768x256} \
+      > /tmp/ncu_$k.log 2>&1 || tail -5 /tmp/ncu_$k.log
+    ncu -i /tmp/prof_$k.ncu-rep --print-summary none 2>&1 | grep -E "Duration|Elapsed Cycles|Issued Ipc|Warp Cycles Per Issued|Executed Instructions|Registers|Grid Size|Block Size|Achieved Occupancy|Stall|No Eligible"
+    ncu -i /tmp/prof_$k.ncu-rep --page source --csv --print-source sass > /tmp/src_$k.csv 2>&1
+    python3 ci/ncu_source_top.py /tmp/src_$k.csv 30 2>&1 | head -40
+  done 2>&1 | tee "$OUT/profile.txt"
 fi
 if has ab; then  # template variants in VARS (ci/gpu_try_variants.sh; carry ci/.var), unpacked
   STRATA_GROUPED_PACK=0 SKIP_TREE=1 KERNEL=grouped CASE_VARIANT=grouped OUT=$OUT \

@@ -2,7 +2,8 @@
 grouped_ws.inc.j2: the block's items), mirrored: block b of nb takes the unit fractions [b U / nb, (b + 1) U / nb),
 unit u's tiles [floor(nt lo / nb), floor(nt hi / nb)). Every tile of every unit must be taken exactly once, a block's
 items must fit its warp of lanes, the partial-result slots must be distinct and within the 2 nb the launcher sizes,
-and the merge must visit every unit taken in more than one segment exactly once."""
+and the merge must visit every unit taken in more than one segment exactly once, with its segments' slots in
+order."""
 import random
 import re
 from pathlib import Path
@@ -25,29 +26,31 @@ def pack_tiles(L: int, T: int = 64) -> int:
 
 
 def block_items(b: int, nb: int, units: int, nts: list[int]) -> list[tuple[int, int, int, int]]:
-    """(unit, t0, t1, slot) of block b as its warp 0 builds them (slot -1: whole)."""
+    """(unit, t0, t1, slot) of block b as its warp 0 builds them (slot -1: whole, written to out): every unit whose
+    fraction range meets the block's, a unit cut by a block boundary taking slot 2 b (the block's first) or 2 b + 1
+    even where it has no tile here."""
     first, end = b * units // nb, -(-(b + 1) * units // nb)
     assert end - first <= 32, "a block's units must fit one warp's lanes"
     items = []
     for lane, u in enumerate(range(first, end)):
         t0, t1 = pack_range(b, nb, units, u, nts[u])
-        if t0 < t1:
-            whole = t0 == 0 and t1 == nts[u]
-            items.append((u, t0, t1, -1 if whole else 2 * b + (0 if lane == 0 else 1)))
+        whole = b * units <= u * nb and (u + 1) * nb <= (b + 1) * units
+        if whole:
+            assert (t0, t1) == (0, nts[u])
+        items.append((u, t0, t1, -1 if whole else 2 * b + (0 if lane == 0 else 1)))
     return items
 
 
-def merged_units(nb: int, units: int, nts: list[int]) -> list[int]:
-    """The units grouped_pack_merge_kernel merges (its blocks x - 1 for x = 1 .. nb - 1), in launch order."""
+def merged_units(nb: int, units: int) -> list[tuple[int, list[int]]]:
+    """(unit, its slots in order) that grouped_pack_merge_kernel merges (its blocks x - 1 for x = 1 .. nb - 1)."""
     out = []
     for x in range(1, nb):
         u = x * units // nb
         if x * units == u * nb or x != u * nb // units + 1:
             continue
         b0, b1 = u * nb // units, -(-(u + 1) * nb // units)
-        if any(pack_range(b, nb, units, u, nts[u]) == (0, nts[u]) for b in range(b0, b1)):
-            continue  # one block took it whole
-        out.append(u)
+        assert b1 - b0 <= 5, "the merge holds 5 segments (the launcher keeps nb <= 4 U)"
+        out.append((u, [2 * b + (0 if u == b * units // nb else 1) for b in range(b0, b1)]))
     return out
 
 
@@ -71,25 +74,23 @@ def test_every_tile_is_taken_once_and_every_split_unit_merged_once(units, nb, se
             if slot >= 0:
                 assert slot not in slots and 0 <= slot < 2 * nb
                 slots.add(slot)
-        # no unit outside the block's lanes has tiles in it
+        # a unit outside the block's lanes has no tile in it
         lanes = set(range(b * units // nb, -(-(b + 1) * units // nb)))
-        for u in range(units):
-            if u not in lanes:
-                assert pack_range(b, nb, units, u, nts[u]) == (0, 0) or \
-                    pack_range(b, nb, units, u, nts[u])[0] == pack_range(b, nb, units, u, nts[u])[1]
+        for u in set(range(units)) - lanes:
+            t0, t1 = pack_range(b, nb, units, u, nts[u])
+            assert t0 == t1
     split = []
     for u, segs in taken.items():
-        ranges = sorted((t0, t1) for _, t0, t1, _ in segs)
+        ranges = [(t0, t1) for _, t0, t1, _ in segs]  # in block order
         assert ranges[0][0] == 0 and ranges[-1][1] == nts[u]
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), f"unit {u}: {ranges}"
         assert [b for b, *_ in segs] == sorted(b for b, *_ in segs)
         if len(segs) > 1:
-            assert all(slot >= 0 for *_, slot in segs)
-            assert len(segs) <= 5  # grouped_pack_merge_kernel holds 8 (the launcher keeps nb <= 4 U)
-            split.append(u)
+            split.append((u, [slot for *_, slot in segs]))
+            assert all(slot >= 0 for _, s in split[-1:] for slot in s)
         else:
             assert segs[0][3] == -1
-    assert merged_units(nb, units, nts) == split
+    assert merged_units(nb, units) == split
 
 
 def test_the_launcher_bound_keeps_items_within_a_warp():
@@ -107,3 +108,5 @@ def test_the_templates_spell_the_mirrored_rules():
     assert "if (x * U == u * nb || x != int(unsigned(u * nb) / unsigned(U)) + 1) return;" in src
     ws = (TEMPLATES / "grouped_ws.inc.j2").read_text()
     assert "sm.it_slot[at] = whole ? -1 : 2 * bb + (lane == 0 ? 0 : 1);" in ws
+    assert "const bool whole = bb * U <= u * nb && (u + 1) * nb <= (bb + 1) * U;" in ws
+    assert "slot[i] = 2 * b + (u == b * U / nb ? 0 : 1);" in src
