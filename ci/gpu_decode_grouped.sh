@@ -9,18 +9,10 @@
 #   prompt: the prompt bench of grouped at the four shapes (the piece model changes its split at 1500 x 1500)
 #   sanitize: memcheck and racecheck of grouped in decode calls whose units all run in pieces (holes, width 0)
 # Usage: STAGES="tests bench" bash ci/gpu_decode_grouped.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/strata-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-tests bench probe prompt sanitize}
-has() { [[ " $STAGES " == *" $1 "* ]]; }
-status=0
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log -1 --format=%H 2>/dev/null; } \
-  | tee "$OUT/env.txt"
-MAX_JOBS=16 STRATA_KERNELS_BUILD_DIR=/tmp/b0 STRATA_TARGETS="cpu;sm_90" STRATA_ONLY_GEOMETRIES=256x12,128x8 \
-  python3 -c "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')" \
-  > "$OUT/build.txt" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.txt"; exit 1; }
+. ci/device_prelude.sh
+device_env
+GEOMS=256x12,128x8 build_plugins /tmp/b0 "$OUT/build.txt"
 if has tests; then
   timeout 300 python3 -m pytest tests/gpu/test_flash_decode.py tests/gpu/test_dispatch_model_gpu.py \
     tests/gpu/test_grouped.py -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/tests.txt" | tail -n 12

@@ -13,18 +13,10 @@
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/strata-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-pack tests bench prompt sanitize}
-has() { [[ " $STAGES " == *" $1 "* ]]; }
-status=0
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log -1 --format=%H 2>/dev/null; } \
-  | tee "$OUT/env.txt"
-MAX_JOBS=16 STRATA_KERNELS_BUILD_DIR=/tmp/b0 STRATA_TARGETS="cpu;sm_90" STRATA_ONLY_GEOMETRIES=${GEOMS:-256x12,128x8} \
-  python3 -c "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')" \
-  > "$OUT/build.txt" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.txt"; exit 1; }
+. ci/device_prelude.sh
+device_env
+build_plugins /tmp/b0 "$OUT/build.txt"
 if has pack; then
   for pk in ${PACKS:-0 1}; do
     echo "== STRATA_GROUPED_PACK=$pk"

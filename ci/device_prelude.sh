@@ -1,0 +1,19 @@
+# Sourced by the device scripts ci/gpu_pack.sh and ci/gpu_decode_grouped.sh (after they set STAGES): results under $OUT,
+# the tree on PYTHONPATH, has STAGE (is STAGE in $STAGES), `status` for the stages' exit codes, env.txt (date, GPU,
+# commit), and build_plugins DIR LOG: the loader and the CPU and sm_90 plugins at the geometries in GEOMS (default
+# (256, 12) and (128, 8)) built in DIR and installed into strata_kernels/plugins, the log in LOG (exits on failure).
+set -uo pipefail
+OUT=${OUT:-/tmp/strata-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+status=0
+device_env() {
+  { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log -1 --format=%H 2>/dev/null; } \
+    | tee "$OUT/env.txt"
+}
+build_plugins() {
+  MAX_JOBS=16 STRATA_KERNELS_BUILD_DIR=$1 STRATA_TARGETS="cpu;sm_90" STRATA_ONLY_GEOMETRIES=${GEOMS:-256x12,128x8} \
+    python3 -c "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')" \
+    > "$2" 2>&1 || { echo "build failed"; tail -30 "$2"; exit 1; }
+}
