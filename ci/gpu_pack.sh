@@ -10,6 +10,8 @@
 #   sanitize: compute-sanitizer memcheck and racecheck of the packed form (decode and prompt calls)
 #   profile: ncu (source level) of the kernels in KERNELS (default the union pre-pass) on the decode call PROFILE_SHAPE
 #           (default 32768x256, grouped), all summaries in one file (profile.txt)
+#   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
+#           HEAD's (built in a git worktree at /tmp/mainwt), alternated ROUNDS times (default 2)
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh
@@ -75,6 +77,17 @@ if has profile; then  # one file: the device returns few
     ncu -i /tmp/prof_$k.ncu-rep --page source --csv --print-source sass > /tmp/src_$k.csv 2>&1
     python3 ci/ncu_source_top.py /tmp/src_$k.csv 30 2>&1 | head -40
   done 2>&1 | tee "$OUT/profile.txt"
+fi
+if has main; then
+  git worktree add -f /tmp/mainwt HEAD > /dev/null 2>&1
+  (cd /tmp/mainwt && build_plugins /tmp/bmain "$OUT/build_main.txt")
+  for r in $(seq "${ROUNDS:-2}"); do
+    for pp in "$PWD" /tmp/mainwt; do
+      [ "$pp" = "$PWD" ] && echo "== the tree" || echo "== main ($(git -C "$pp" log -1 --format=%h))"
+      (cd "$pp" && PYTHONPATH=$pp CASE_VARIANT=grouped python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
+        1500x1500 2100x256 decode:32768x64 decode:32768x256} 2>&1 | grep -v -i warn)
+    done
+  done 2>&1 | tee "$OUT/main_ab.txt"
 fi
 if has ab; then  # template variants in VARS (ci/gpu_try_variants.sh; carry ci/.var), unpacked
   STRATA_GROUPED_PACK=0 SKIP_TREE=1 KERNEL=grouped CASE_VARIANT=grouped OUT=$OUT \
