@@ -12,9 +12,14 @@
 #           (default 32768x256, grouped), all summaries in one file (profile.txt)
 #   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
 #           HEAD's (built in a git worktree at /tmp/mainwt), alternated ROUNDS times (default 2)
+#   patches: for each patch in PATCHES (default the three grouped_ws probes in docs/notes), a git worktree of HEAD
+#           with it applied (/tmp/pw_NAME), its loader and sm_90 plugins built (GEOMS), each kernel's GPU time at
+#           MAIN_SHAPES, alternated with the tree's ROUNDS times (patches.txt); with PARITY=1 also
+#           `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py in each worktree
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
-# Usage: STAGES="pack tests" bash ci/gpu_pack.sh
+# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches PARITY=1 bash
+# ci/gpu_pack.sh (ws-nofence-timing may fail parity: it is a timing probe)
 STAGES=${STAGES:-pack tests bench prompt sanitize}
 . ci/device_prelude.sh
 device_env
@@ -88,6 +93,33 @@ if has main; then
         1500x1500 2100x256 decode:32768x64 decode:32768x256} 2>&1 | grep -v -i warn)
     done
   done 2>&1 | tee "$OUT/main_ab.txt"
+fi
+if has patches; then
+  names=()
+  for pt in ${PATCHES:-docs/notes/ws-nofence-timing.patch docs/notes/ws-fence-probe.patch docs/notes/ws-split-producer.patch}; do
+    name=$(basename "$pt" .patch); wt=/tmp/pw_$name
+    git worktree add -f "$wt" HEAD > /dev/null 2>&1
+    if ! (cd "$wt" && git apply "$OLDPWD/$pt"); then echo "== $name: does not apply"; continue; fi
+    (cd "$wt" && build_plugins "/tmp/bpw_$name" "$OUT/build_$name.txt") || { echo "== $name: build failed"; continue; }
+    names+=("$name")
+  done
+  for r in $(seq "${ROUNDS:-2}"); do
+    for name in tree "${names[@]}"; do
+      if [ "$name" = tree ]; then pp=$PWD; else pp=/tmp/pw_$name; fi
+      echo "== $name"
+      (cd "$pp" && PYTHONPATH=$pp CASE_VARIANT=grouped python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
+        1500x1500 2100x256 decode:32768x64 decode:32768x256} 2>&1 | grep -v -i warn)
+    done
+  done 2>&1 | tee "$OUT/patches.txt"
+  if [ "${PARITY:-0}" = 1 ]; then
+    for name in "${names[@]}"; do
+      echo "== $name"
+      (cd "/tmp/pw_$name" && PYTHONPATH=/tmp/pw_$name timeout 120 python3 -m strata_kernels parity --device cuda \
+        --variant grouped --reps 1 2>&1 | grep -E "PASSED|FAIL" | tail -3
+       PYTHONPATH=/tmp/pw_$name timeout 200 python3 -m pytest tests/gpu/test_grouped.py -q -x -p no:cacheprovider \
+        2>&1 | tail -1)
+    done 2>&1 | tee "$OUT/patches_parity.txt"
+  fi
 fi
 if has ab; then  # template variants in VARS (ci/gpu_try_variants.sh; carry ci/.var), unpacked
   STRATA_GROUPED_PACK=0 SKIP_TREE=1 KERNEL=grouped CASE_VARIANT=grouped OUT=$OUT \
