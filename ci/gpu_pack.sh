@@ -15,7 +15,8 @@
 #   patches: for each patch in PATCHES (default the three grouped_ws probes in docs/notes), a git worktree of HEAD
 #           with it applied (/tmp/pw_NAME), its loader and sm_90 plugins built (GEOMS), each kernel's GPU time at
 #           MAIN_SHAPES, alternated with the tree's ROUNDS times (patches.txt); with PARITY=1 also
-#           `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py in each worktree
+#           `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py in each worktree (~90 s each: with
+#           PARITY=1 name at most three patches a call; docs/notes/ws-one-buffer-exchange.patch is the fourth pending)
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches PARITY=1 bash
