@@ -84,41 +84,38 @@ if has profile; then  # one file: the device returns few
     python3 ci/ncu_source_top.py /tmp/src_$k.csv 30 2>&1 | head -40
   done 2>&1 | tee "$OUT/profile.txt"
 fi
-if has main; then
-  git worktree add -f /tmp/mainwt HEAD > /dev/null 2>&1
-  (cd /tmp/mainwt && build_plugins /tmp/bmain "$OUT/build_main.txt")
+# tree_at DIR [PATCH]: a git worktree of HEAD at DIR (PATCH applied) with its loader and plugins built (GEOMS).
+tree_at() {
+  git worktree add -f "$1" HEAD > /dev/null 2>&1
+  if [ -n "${2:-}" ] && ! (cd "$1" && git apply "$OLDPWD/$2"); then echo "== $2 does not apply"; return 1; fi
+  (cd "$1" && build_plugins "/tmp/b_$(basename "$1")" "$OUT/build_$(basename "$1").txt") || { echo "== $1: build failed"; return 1; }
+}
+# time_trees NAME=DIR ...: each kernel's GPU time at MAIN_SHAPES with each tree's plugins, alternated ROUNDS times.
+time_trees() {
   for r in $(seq "${ROUNDS:-2}"); do
-    for pp in "$PWD" /tmp/mainwt; do
-      [ "$pp" = "$PWD" ] && echo "== the tree" || echo "== main ($(git -C "$pp" log -1 --format=%h))"
-      (cd "$pp" && PYTHONPATH=$pp CASE_VARIANT=grouped python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
+    for nd in "$@"; do
+      echo "== ${nd%%=*}"
+      (cd "${nd#*=}" && PYTHONPATH=${nd#*=} CASE_VARIANT=grouped python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
         1500x1500 2100x256 decode:32768x64 decode:32768x256} 2>&1 | grep -v -i warn)
     done
-  done 2>&1 | tee "$OUT/main_ab.txt"
+  done
+}
+if has main; then
+  tree_at /tmp/mainwt && time_trees "tree=$PWD" "main $(git log -1 --format=%h)=/tmp/mainwt" 2>&1 | tee "$OUT/main_ab.txt"
 fi
 if has patches; then
-  names=()
+  trees=("tree=$PWD")
   for pt in ${PATCHES:-docs/notes/ws-nofence-timing.patch docs/notes/ws-fence-probe.patch docs/notes/ws-split-producer.patch}; do
-    name=$(basename "$pt" .patch); wt=/tmp/pw_$name
-    git worktree add -f "$wt" HEAD > /dev/null 2>&1
-    if ! (cd "$wt" && git apply "$OLDPWD/$pt"); then echo "== $name: does not apply"; continue; fi
-    (cd "$wt" && build_plugins "/tmp/bpw_$name" "$OUT/build_$name.txt") || { echo "== $name: build failed"; continue; }
-    names+=("$name")
+    name=$(basename "$pt" .patch)
+    tree_at "/tmp/pw_$name" "$pt" && trees+=("$name=/tmp/pw_$name")
   done
-  for r in $(seq "${ROUNDS:-2}"); do
-    for name in tree "${names[@]}"; do
-      if [ "$name" = tree ]; then pp=$PWD; else pp=/tmp/pw_$name; fi
-      echo "== $name"
-      (cd "$pp" && PYTHONPATH=$pp CASE_VARIANT=grouped python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
-        1500x1500 2100x256 decode:32768x64 decode:32768x256} 2>&1 | grep -v -i warn)
-    done
-  done 2>&1 | tee "$OUT/patches.txt"
+  time_trees "${trees[@]}" 2>&1 | tee "$OUT/patches.txt"
   if [ "${PARITY:-0}" = 1 ]; then
-    for name in "${names[@]}"; do
-      echo "== $name"
-      (cd "/tmp/pw_$name" && PYTHONPATH=/tmp/pw_$name timeout 120 python3 -m strata_kernels parity --device cuda \
-        --variant grouped --reps 1 2>&1 | grep -E "PASSED|FAIL" | tail -3
-       PYTHONPATH=/tmp/pw_$name timeout 200 python3 -m pytest tests/gpu/test_grouped.py -q -x -p no:cacheprovider \
-        2>&1 | tail -1)
+    for nd in "${trees[@]:1}"; do
+      echo "== ${nd%%=*}"
+      (cd "${nd#*=}" && PYTHONPATH=${nd#*=} timeout 120 python3 -m strata_kernels parity --device cuda --variant grouped \
+        --reps 1 2>&1 | grep -E "PASSED|FAIL" | tail -3
+       PYTHONPATH=${nd#*=} timeout 200 python3 -m pytest tests/gpu/test_grouped.py -q -x -p no:cacheprovider 2>&1 | tail -1)
     done 2>&1 | tee "$OUT/patches_parity.txt"
   fi
 fi
