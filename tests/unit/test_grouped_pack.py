@@ -86,8 +86,8 @@ def test_every_tile_is_taken_once_and_every_split_unit_merged_once(units, nb, se
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), f"unit {u}: {ranges}"
         assert [b for b, *_ in segs] == sorted(b for b, *_ in segs)
         if len(segs) > 1:
+            assert all(slot >= 0 for *_, slot in segs)
             split.append((u, [slot for *_, slot in segs]))
-            assert all(slot >= 0 for _, s in split[-1:] for slot in s)
         else:
             assert segs[0][3] == -1
     assert merged_units(nb, units) == split
