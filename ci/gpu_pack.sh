@@ -72,17 +72,9 @@ for ctx, n_q in ((2100, 192), (1500, 40)):
 torch.cuda.synchronize()
 print('sanitizer workload done')"; status=$(( status | $? ))
 fi
-if has profile; then  # one file: the device returns few
-  for k in ${KERNELS:-grouped_union_kernel}; do
-    echo "== $k at decode ${PROFILE_SHAPE:-32768x256}"
-    timeout 200 ncu --clock-control none -k regex:"$k" -s 1 -c 1 --import-source no \
-      --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy \
-      -o /tmp/prof_$k -f env CASE_OP=decode CASE_VARIANT=grouped python3 ci/grouped_case.py ${PROFILE_SHAPE:-32768x256} \
-      > /tmp/ncu_$k.log 2>&1 || tail -5 /tmp/ncu_$k.log
-    ncu -i /tmp/prof_$k.ncu-rep --print-summary none 2>&1 | grep -E "Duration|Elapsed Cycles|Issued Ipc|Warp Cycles Per Issued|Executed Instructions|Registers|Grid Size|Block Size|Achieved Occupancy|Stall|No Eligible"
-    ncu -i /tmp/prof_$k.ncu-rep --page source --csv --print-source sass > /tmp/src_$k.csv 2>&1
-    python3 ci/ncu_source_top.py /tmp/src_$k.csv 30 2>&1 | head -40
-  done 2>&1 | tee "$OUT/profile.txt"
+if has profile; then  # ci/grouped_profile.sh's files kept here, its summaries in one file (the device returns few)
+  OUT=/tmp/profile KERNELS=${KERNELS:-grouped_union_kernel} CASE="env CASE_OP=decode CASE_VARIANT=grouped python3 \
+    ci/grouped_case.py ${PROFILE_SHAPE:-32768x256}" bash ci/grouped_profile.sh 2>&1 | tee "$OUT/profile.txt"
 fi
 # tree_at DIR [PATCH]: a git worktree of HEAD at DIR (PATCH applied) with its loader and plugins built (GEOMS).
 tree_at() {

@@ -9,12 +9,15 @@ OUT=${OUT:-/tmp/strata-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 for k in ${KERNELS:-grouped_union_kernel grouped_kernel}; do
+  echo "== $k"
   timeout ${NCU_TIMEOUT:-200} ncu --clock-control none -k regex:"$k" -s 1 -c 1 --import-source no \
     --section SpeedOfLight --section WarpStateStats --section SourceCounters --section InstructionStats \
-    -o /tmp/prof_$k -f ${CASE:-python3 ci/grouped_case.py} > "$OUT/ncu_$k.log" 2>&1
+    --section LaunchStats --section Occupancy \
+    -o /tmp/prof_$k -f ${CASE:-python3 ci/grouped_case.py} > "$OUT/ncu_$k.log" 2>&1 || tail -5 "$OUT/ncu_$k.log"
   ncu -i /tmp/prof_$k.ncu-rep --print-summary none > "$OUT/ncu_$k.txt" 2>&1
   ncu -i /tmp/prof_$k.ncu-rep --page source --csv --print-source sass > /tmp/src_$k.csv 2>&1
   python3 ci/ncu_source_top.py /tmp/src_$k.csv > "$OUT/ncu_src_$k.txt" 2>&1
-  grep -E "Duration|Issued Ipc|Warp Cycles Per Issued|Executed Instructions  " "$OUT/ncu_$k.txt" | head
+  grep -E "Duration|Elapsed Cycles|Issued Ipc|Warp Cycles Per Issued|Executed Instructions|Registers|Grid Size|Block Size|\
+Achieved Occupancy|Stall|No Eligible" "$OUT/ncu_$k.txt"
   head -45 "$OUT/ncu_src_$k.txt"
 done
