@@ -16,11 +16,11 @@
 #           with it applied (/tmp/pw_NAME), its loader and sm_90 plugins built (GEOMS), each kernel's GPU time at
 #           MAIN_SHAPES, alternated with the tree's ROUNDS times (patches.txt); with PARITY=1 also
 #           `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py in each worktree (~90 s each: with
-#           PARITY=1 name at most three patches a call; docs/notes/ws-one-buffer-exchange.patch is the fourth pending)
+#           PARITY=1 name at most three patches a call), with PARITY="NAME ..." only in those patches' worktrees
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
-# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches PARITY=1 bash
-# ci/gpu_pack.sh (ws-nofence-timing may fail parity: it is a timing probe)
+# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches
+# PARITY="ws-fence-probe ws-split-producer" bash ci/gpu_pack.sh (ws-nofence-timing is a timing probe: wrong results)
 STAGES=${STAGES:-pack tests bench prompt sanitize}
 . ci/device_prelude.sh
 device_env
@@ -102,8 +102,9 @@ if has patches; then
     tree_at "/tmp/pw_$name" "$pt" && trees+=("$name=/tmp/pw_$name")
   done
   time_trees "${trees[@]}" 2>&1 | tee "$OUT/patches.txt"
-  if [ "${PARITY:-0}" = 1 ]; then
+  if [ "${PARITY:-0}" != 0 ]; then
     for nd in "${trees[@]:1}"; do
+      [ "$PARITY" = 1 ] || [[ " $PARITY " == *" ${nd%%=*} "* ]] || continue
       echo "== ${nd%%=*}"
       (cd "${nd#*=}" && PYTHONPATH=${nd#*=} timeout 120 python3 -m strata_kernels parity --device cuda --variant grouped \
         --reps 1 2>&1 | grep -E "PASSED|FAIL" | tail -3
