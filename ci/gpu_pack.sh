@@ -12,15 +12,15 @@
 #           (default 32768x256, grouped), all summaries in one file (profile.txt)
 #   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
 #           HEAD's (built in a git worktree at /tmp/mainwt), alternated ROUNDS times (default 2)
-#   patches: for each patch in PATCHES (default the three grouped_ws probes in docs/notes), a git worktree of HEAD
+#   patches: for each patch in PATCHES (default docs/notes/ws-arrive-exchange.patch), a git worktree of HEAD
 #           with it applied (/tmp/pw_NAME), its loader and sm_90 plugins built (GEOMS), each kernel's GPU time at
 #           MAIN_SHAPES, alternated with the tree's ROUNDS times (patches.txt); with PARITY=1 also
 #           `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py in each worktree (~90 s each: with
 #           PARITY=1 name at most three patches a call), with PARITY="NAME ..." only in those patches' worktrees
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
-# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches
-# PARITY="ws-fence-probe ws-split-producer" bash ci/gpu_pack.sh (ws-nofence-timing is a timing probe: wrong results)
+# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probe: STAGES="patches sanitize" PARITY=1 bash
+# ci/gpu_pack.sh. The device's checkout may show an older HEAD than this machine's: the worktrees start from it.
 STAGES=${STAGES:-pack tests bench prompt sanitize}
 . ci/device_prelude.sh
 device_env
@@ -97,7 +97,7 @@ if has main; then
 fi
 if has patches; then
   trees=("tree=$PWD")
-  for pt in ${PATCHES:-docs/notes/ws-nofence-timing.patch docs/notes/ws-fence-probe.patch docs/notes/ws-split-producer.patch}; do
+  for pt in ${PATCHES:-docs/notes/ws-arrive-exchange.patch}; do
     name=$(basename "$pt" .patch)
     tree_at "/tmp/pw_$name" "$pt" && trees+=("$name=/tmp/pw_$name")
   done
