@@ -12,11 +12,12 @@
 #           (default 32768x256, grouped), all summaries in one file (profile.txt)
 #   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
 #           HEAD's (built in a git worktree at /tmp/mainwt), alternated ROUNDS times (default 2)
-#   patches: for each patch in PATCHES (default docs/notes/ws-arrive-exchange.patch), a git worktree of HEAD
-#           with it applied (/tmp/pw_NAME), its loader and sm_90 plugins built (GEOMS), each kernel's GPU time at
-#           MAIN_SHAPES, alternated with the tree's ROUNDS times (patches.txt); with PARITY=1 also
-#           `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py in each worktree (~90 s each: with
-#           PARITY=1 name at most three patches a call), with PARITY="NAME ..." only in those patches' worktrees
+#   patches: for each patch in PATCHES (default the two grouped_ws probes in docs/notes, each alone and both; an
+#           entry A+B applies A, then B), a git worktree of HEAD with it applied (/tmp/pw_NAME), its loader and sm_90
+#           plugins built (GEOMS), each kernel's GPU time at MAIN_SHAPES, alternated with the tree's ROUNDS times
+#           (patches.txt); with PARITY=1 also `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py
+#           in each worktree (~90 s each: with PARITY=1 name at most three patches a call), with PARITY="NAME ..."
+#           only in those patches' worktrees
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probe: STAGES="patches sanitize" PARITY=1 bash
@@ -76,10 +77,14 @@ if has profile; then  # ci/grouped_profile.sh's files kept here, its summaries i
   OUT=/tmp/profile KERNELS=${KERNELS:-grouped_union_kernel} CASE="env CASE_OP=decode CASE_VARIANT=grouped python3 \
     ci/grouped_case.py ${PROFILE_SHAPE:-32768x256}" bash ci/grouped_profile.sh 2>&1 | tee "$OUT/profile.txt"
 fi
-# tree_at DIR [PATCH]: a git worktree of HEAD at DIR (PATCH applied) with its loader and plugins built (GEOMS).
+# tree_at DIR [PATCH[+PATCH...]]: a git worktree of HEAD at DIR (the patches applied in order) with its loader and
+# plugins built (GEOMS).
 tree_at() {
   git worktree add -f "$1" HEAD > /dev/null 2>&1
-  if [ -n "${2:-}" ] && ! (cd "$1" && git apply "$OLDPWD/$2"); then echo "== $2 does not apply"; return 1; fi
+  local pt
+  for pt in ${2//+/ }; do
+    if ! (cd "$1" && git apply "$OLDPWD/$pt"); then echo "== $pt does not apply"; return 1; fi
+  done
   (cd "$1" && build_plugins "/tmp/b_$(basename "$1")" "$OUT/build_$(basename "$1").txt") || { echo "== $1: build failed"; return 1; }
 }
 # time_trees NAME=DIR ...: each kernel's GPU time at MAIN_SHAPES with each tree's plugins, alternated ROUNDS times.
@@ -97,8 +102,9 @@ if has main; then
 fi
 if has patches; then
   trees=("tree=$PWD")
-  for pt in ${PATCHES:-docs/notes/ws-arrive-exchange.patch}; do
-    name=$(basename "$pt" .patch)
+  for pt in ${PATCHES:-docs/notes/ws-arrive-exchange.patch docs/notes/ws-softmax-before-v.patch \
+      docs/notes/ws-arrive-exchange.patch+docs/notes/ws-softmax-before-v.patch}; do
+    name=$(for x in ${pt//+/ }; do basename "$x" .patch; done | paste -sd+)
     tree_at "/tmp/pw_$name" "$pt" && trees+=("$name=/tmp/pw_$name")
   done
   time_trees "${trees[@]}" 2>&1 | tee "$OUT/patches.txt"
