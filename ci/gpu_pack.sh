@@ -12,16 +12,17 @@
 #           (default 32768x256, grouped), all summaries in one file (profile.txt)
 #   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
 #           HEAD's (built in a git worktree at /tmp/mainwt), alternated ROUNDS times (default 2)
-#   patches: for each patch in PATCHES (default the two grouped_ws probes in docs/notes, each alone and both; an
-#           entry A+B applies A, then B), a git worktree of HEAD with it applied (/tmp/pw_NAME), its loader and sm_90
+#   patches: for each patch in PATCHES (default the three grouped_ws probes in docs/notes, each alone and all
+#           three; an entry A+B applies A, then B), a git worktree of HEAD with it applied (/tmp/pw_NAME), its loader and sm_90
 #           plugins built (GEOMS), each kernel's GPU time at MAIN_SHAPES, alternated with the tree's ROUNDS times
 #           (patches.txt); with PARITY=1 also `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py
 #           in each worktree (~90 s each: with PARITY=1 name at most three patches a call), with PARITY="NAME ..."
 #           only in those patches' worktrees
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
-# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probe: STAGES="patches sanitize" PARITY=1 bash
-# ci/gpu_pack.sh. The device's checkout may show an older HEAD than this machine's: the worktrees start from it.
+# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches
+# PARITY=ws-arrive-exchange+ws-softmax-before-v+ws-uniform-consumer bash ci/gpu_pack.sh. The device's checkout may
+# show an older HEAD than this machine's: the worktrees start from it.
 STAGES=${STAGES:-pack tests bench prompt sanitize}
 . ci/device_prelude.sh
 device_env
@@ -102,8 +103,9 @@ if has main; then
 fi
 if has patches; then
   trees=("tree=$PWD")
-  for pt in ${PATCHES:-docs/notes/ws-arrive-exchange.patch docs/notes/ws-softmax-before-v.patch \
-      docs/notes/ws-arrive-exchange.patch+docs/notes/ws-softmax-before-v.patch}; do
+  n=docs/notes
+  for pt in ${PATCHES:-$n/ws-arrive-exchange.patch $n/ws-softmax-before-v.patch $n/ws-uniform-consumer.patch \
+      $n/ws-arrive-exchange.patch+$n/ws-softmax-before-v.patch+$n/ws-uniform-consumer.patch}; do
     name=$(for x in ${pt//+/ }; do basename "$x" .patch; done | paste -sd+)
     tree_at "/tmp/pw_$name" "$pt" && trees+=("$name=/tmp/pw_$name")
   done
