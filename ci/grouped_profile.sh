@@ -19,5 +19,5 @@ for k in ${KERNELS:-grouped_union_kernel grouped_kernel}; do
   python3 ci/ncu_source_top.py /tmp/src_$k.csv > "$OUT/ncu_src_$k.txt" 2>&1
   grep -E "Duration|Elapsed Cycles|Issued Ipc|Warp Cycles Per Issued|Executed Instructions|Registers|Grid Size|Block Size|\
 Achieved Occupancy|Stall|No Eligible" "$OUT/ncu_$k.txt"
-  head -45 "$OUT/ncu_src_$k.txt"; sed -n '/== regions/,/^$/p' "$OUT/ncu_src_$k.txt"
+  head -43 "$OUT/ncu_src_$k.txt"; sed -n '/== regions/,/^$/p' "$OUT/ncu_src_$k.txt"
 done
