@@ -12,18 +12,18 @@
 #           (default 32768x256, grouped), all summaries in one file (profile.txt)
 #   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
 #           HEAD's (built in a git worktree at /tmp/mainwt), alternated ROUNDS times (default 2)
-#   patches: for each patch in PATCHES (default the five grouped_ws probes in docs/notes, each alone and all
-#           five; an entry A+B applies A, then B), a git worktree of HEAD with it applied (/tmp/pw_NAME), its loader and sm_90
+#   patches: for each patch in PATCHES (default the grouped_ws probes in docs/notes: each alone (ws-k-double on
+#           ws-early-release) and all six; an entry A+B applies A, then B), a git worktree of HEAD with it applied (/tmp/pw_NAME), its loader and sm_90
 #           plugins built (GEOMS), each kernel's GPU time at MAIN_SHAPES, alternated with the tree's ROUNDS times
 #           (patches.txt); with PARITY=1 also `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py
 #           in each worktree (~90 s each: with PARITY=1 name at most three patches a call), with PARITY="NAME ..."
 #           only in those patches' worktrees
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
-# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches PARITY=$(echo
-# ws-{arrive-exchange,softmax-before-v,uniform-consumer,fold-early,early-release} | tr ' ' +) bash ci/gpu_pack.sh
-# (~7 min: parity and test_grouped.py on the five together). The device's checkout may show an older HEAD than this
-# machine's: the worktrees start from it.
+# Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches MAIN_SHAPES="32768x2048
+# 1500x1500 decode:32768x256" bash ci/gpu_pack.sh (~6 min, timing only), then the faster ones applied in the tree
+# with STAGES="tests sanitize prompt bench". The device's checkout may show an older HEAD than this machine's: the
+# worktrees start from it.
 STAGES=${STAGES:-pack tests bench prompt sanitize}
 . ci/device_prelude.sh
 device_env
@@ -105,9 +105,9 @@ fi
 if has patches; then
   trees=("tree=$PWD")
   n=docs/notes
+  er=$n/ws-early-release.patch
   all=$n/ws-arrive-exchange.patch+$n/ws-softmax-before-v.patch+$n/ws-uniform-consumer.patch+$n/ws-fold-early.patch
-  all=$all+$n/ws-early-release.patch
-  for pt in ${PATCHES:-${all//+/ } $all}; do
+  for pt in ${PATCHES:-${all//+/ } $er $er+$n/ws-k-double.patch $all+$er+$n/ws-k-double.patch}; do
     name=$(for x in ${pt//+/ }; do basename "$x" .patch; done | paste -sd+)
     tree_at "/tmp/pw_$name" "$pt" && trees+=("$name=/tmp/pw_$name")
   done
