@@ -14,7 +14,9 @@ def num(x):
 
 
 rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-start = next(i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r))
+start = next((i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r)), None)
+if start is None:
+    sys.exit(f"{sys.argv[1]}: no SASS source table (a 'Source' column) in this CSV: ncu --page source --csv")
 head, body = rows[start], rows[start + 1:]
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 40
 col = {h.strip(): i for i, h in enumerate(head)}
