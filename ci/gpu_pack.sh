@@ -80,14 +80,14 @@ if has profile; then  # ci/grouped_profile.sh's files kept here, its summaries i
     ci/grouped_case.py ${PROFILE_SHAPE:-32768x256}" bash ci/grouped_profile.sh 2>&1 | tee "$OUT/profile.txt"
 fi
 # tree_at DIR [PATCH[+PATCH...]]: a git worktree of HEAD at DIR (the patches applied in order) with its loader and
-# plugins built (GEOMS).
+# plugins built (GEOMS; the log in /tmp, its tail printed if the build fails: the device returns few files).
 tree_at() {
   git worktree add -f "$1" HEAD > /dev/null 2>&1
   local pt
   for pt in ${2//+/ }; do
     if ! (cd "$1" && git apply "$OLDPWD/$pt"); then echo "== $pt does not apply"; return 1; fi
   done
-  (cd "$1" && build_plugins "/tmp/b_$(basename "$1")" "$OUT/build_$(basename "$1").txt") || { echo "== $1: build failed"; return 1; }
+  (cd "$1" && build_plugins "/tmp/b_$(basename "$1")" "/tmp/build_$(basename "$1").txt") || { echo "== $1: build failed"; return 1; }
 }
 # time_trees NAME=DIR ...: each kernel's GPU time at MAIN_SHAPES with each tree's plugins, alternated ROUNDS times.
 time_trees() {
