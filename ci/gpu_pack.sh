@@ -13,8 +13,8 @@
 #   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
 #           HEAD's (built in a git worktree at /tmp/mainwt), alternated ROUNDS times (default 2)
 #   patches: for each patch in PATCHES (default the grouped_ws probes in docs/notes: each alone (ws-k-double on
-#           ws-early-release) and all six; an entry A+B applies A, then B), a git worktree of HEAD with it applied (/tmp/pw_NAME), its loader and sm_90
-#           plugins built (GEOMS), each kernel's GPU time at MAIN_SHAPES, alternated with the tree's ROUNDS times
+#           ws-early-release) and all six; an entry A+B applies A, then B), a git worktree of HEAD with it applied
+#           (/tmp/pw_NAME), its loader and sm_90 plugins built (GEOMS), each kernel's GPU time at MAIN_SHAPES, alternated with the tree's ROUNDS times
 #           (patches.txt); with PARITY=1 also `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py
 #           in each worktree (~90 s each: with PARITY=1 name at most three patches a call), with PARITY="NAME ..."
 #           only in those patches' worktrees
