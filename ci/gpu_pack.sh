@@ -89,12 +89,13 @@ tree_at() {
   done
   (cd "$1" && build_plugins "/tmp/b_$(basename "$1")" "/tmp/build_$(basename "$1").txt") || { echo "== $1: build failed"; return 1; }
 }
-# time_trees NAME=DIR ...: each kernel's GPU time at MAIN_SHAPES with each tree's plugins, alternated ROUNDS times.
+# time_trees NAME=DIR ...: each kernel's GPU time at MAIN_SHAPES with each tree's plugins, alternated ROUNDS times
+# (the decode calls' variant CASE_VARIANT, default grouped).
 time_trees() {
   for r in $(seq "${ROUNDS:-2}"); do
     for nd in "$@"; do
       echo "== ${nd%%=*}"
-      (cd "${nd#*=}" && PYTHONPATH=${nd#*=} CASE_VARIANT=grouped python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
+      (cd "${nd#*=}" && PYTHONPATH=${nd#*=} CASE_VARIANT=${CASE_VARIANT:-grouped} python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
         1500x1500 2100x256 decode:32768x64 decode:32768x256} 2>&1 | grep -v -i warn)
     done
   done
