@@ -23,7 +23,7 @@
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches MAIN_SHAPES="32768x2048
 # 1500x1500 decode:32768x256" bash ci/gpu_pack.sh (~6 min, timing only), then the faster ones applied in the tree
 # with STAGES="tests sanitize prompt bench". The device's checkout may show an older HEAD than this machine's: the
-# worktrees start from it.
+# worktrees start from it with the tree's tracked changes applied (tree_at), i.e. from the tree's sources.
 STAGES=${STAGES:-pack tests bench prompt sanitize}
 . ci/device_prelude.sh
 device_env
@@ -79,10 +79,15 @@ if has profile; then  # ci/grouped_profile.sh's files kept here, its summaries i
   OUT=/tmp/profile KERNELS=${KERNELS:-grouped_union_kernel} CASE="env CASE_OP=decode CASE_VARIANT=grouped python3 \
     ci/grouped_case.py ${PROFILE_SHAPE:-32768x256}" bash ci/grouped_profile.sh 2>&1 | tee "$OUT/profile.txt"
 fi
-# tree_at DIR [PATCH[+PATCH...]]: a git worktree of HEAD at DIR (the patches applied in order) with its loader and
-# plugins built (GEOMS; the log in /tmp, its tail printed if the build fails: the device returns few files).
+# tree_at DIR [PATCH[+PATCH...]]: a git worktree of HEAD at DIR, the tree's tracked changes and then the patches applied
+# in order, with its loader and plugins built (GEOMS; the log in /tmp, its tail printed if the build fails: the device
+# returns few files).
 tree_at() {
   git worktree add -f "$1" HEAD > /dev/null 2>&1
+  # the tree's tracked changes against the checkout's HEAD first (the device's checkout may show an older HEAD than
+  # the tree it was given), so that every worktree starts from the tree's sources
+  git diff --binary HEAD > /tmp/tree.diff
+  if [ -s /tmp/tree.diff ] && ! (cd "$1" && git apply /tmp/tree.diff); then echo "== the tree's changes do not apply in $1"; return 1; fi
   local pt
   for pt in ${2//+/ }; do
     if ! (cd "$1" && git apply "$OLDPWD/$pt"); then echo "== $pt does not apply"; return 1; fi
