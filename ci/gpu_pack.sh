@@ -87,7 +87,9 @@ tree_at() {
   # the tree's tracked changes against the checkout's HEAD first (the device's checkout may show an older HEAD than
   # the tree it was given), so that every worktree starts from the tree's sources
   git diff --binary HEAD > /tmp/tree.diff
-  if [ -s /tmp/tree.diff ] && ! (cd "$1" && git apply /tmp/tree.diff); then echo "== the tree's changes do not apply in $1"; return 1; fi
+  if [ -s /tmp/tree.diff ] && ! (cd "$1" && git apply /tmp/tree.diff); then
+    echo "== the tree's changes do not apply in $1"; return 1
+  fi
   local pt
   for pt in ${2//+/ }; do
     if ! (cd "$1" && git apply "$OLDPWD/$pt"); then echo "== $pt does not apply"; return 1; fi
