@@ -13,17 +13,17 @@
 #   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
 #           HEAD's (built in a git worktree at /tmp/mainwt), alternated ROUNDS times (default 2)
 #   patches: for each patch in PATCHES (default the grouped_ws probes in docs/notes: each alone (ws-k-double on
-#           ws-early-release) and all six; an entry A+B applies A, then B), a git worktree of HEAD with it applied
-#           (/tmp/pw_NAME), its loader and sm_90 plugins built (GEOMS), each kernel's GPU time at MAIN_SHAPES, alternated with the tree's ROUNDS times
-#           (patches.txt); with PARITY=1 also `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py
-#           in each worktree (~90 s each: with PARITY=1 name at most three patches a call), with PARITY="NAME ..."
-#           only in those patches' worktrees
+#           ws-early-release) and all six; an entry A+B applies A, then B), a git worktree of HEAD with the tree's
+#           tracked changes and then it applied (/tmp/pw_NAME), its loader and sm_90 plugins built (GEOMS), each
+#           kernel's GPU time at MAIN_SHAPES, alternated with the tree's ROUNDS times (patches.txt); with PARITY=1 also
+#           `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py in each worktree (~90 s each:
+#           with PARITY=1 name at most three patches a call), with PARITY="NAME ..." only in those patches' worktrees
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches MAIN_SHAPES="32768x2048
 # 1500x1500 decode:32768x256" bash ci/gpu_pack.sh (~6 min, timing only), then the faster ones applied in the tree
 # with STAGES="tests sanitize prompt bench". The device's checkout may show an older HEAD than this machine's: the
-# worktrees start from it with the tree's tracked changes applied (tree_at), i.e. from the tree's sources.
+# patches stage's worktrees start from it with the tree's tracked changes applied, i.e. from the tree's sources.
 STAGES=${STAGES:-pack tests bench prompt sanitize}
 . ci/device_prelude.sh
 device_env
@@ -79,16 +79,13 @@ if has profile; then  # ci/grouped_profile.sh's files kept here, its summaries i
   OUT=/tmp/profile KERNELS=${KERNELS:-grouped_union_kernel} CASE="env CASE_OP=decode CASE_VARIANT=grouped python3 \
     ci/grouped_case.py ${PROFILE_SHAPE:-32768x256}" bash ci/grouped_profile.sh 2>&1 | tee "$OUT/profile.txt"
 fi
-# tree_at DIR [PATCH[+PATCH...]]: a git worktree of HEAD at DIR, the tree's tracked changes and then the patches applied
-# in order, with its loader and plugins built (GEOMS; the log in /tmp, its tail printed if the build fails: the device
-# returns few files).
+# tree_at DIR [PATCH[+PATCH...]]: a git worktree of HEAD at DIR, BASE_DIFF (a diff file, if set and not empty) and
+# then the patches applied in order, with its loader and plugins built (GEOMS; the log in /tmp, its tail printed if
+# the build fails: the device returns few files).
 tree_at() {
   git worktree add -f "$1" HEAD > /dev/null 2>&1
-  # the tree's tracked changes against the checkout's HEAD first (the device's checkout may show an older HEAD than
-  # the tree it was given), so that every worktree starts from the tree's sources
-  git diff --binary HEAD > /tmp/tree.diff
-  if [ -s /tmp/tree.diff ] && ! (cd "$1" && git apply /tmp/tree.diff); then
-    echo "== the tree's changes do not apply in $1"; return 1
+  if [ -s "${BASE_DIFF:-}" ] && ! (cd "$1" && git apply "$BASE_DIFF"); then
+    echo "== $BASE_DIFF does not apply in $1"; return 1
   fi
   local pt
   for pt in ${2//+/ }; do
@@ -111,6 +108,10 @@ if has main; then
   tree_at /tmp/mainwt && time_trees "tree=$PWD" "main $(git log -1 --format=%h)=/tmp/mainwt" 2>&1 | tee "$OUT/main_ab.txt"
 fi
 if has patches; then
+  # the patches' worktrees start from the tree's sources: its tracked changes against the checkout's HEAD first (the
+  # device's checkout may show an older HEAD than the tree it was given); the main stage's worktree stays HEAD's
+  git diff --binary HEAD > /tmp/tree.diff
+  BASE_DIFF=/tmp/tree.diff
   trees=("tree=$PWD")
   n=docs/notes
   er=$n/ws-early-release.patch
