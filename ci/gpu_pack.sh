@@ -18,6 +18,11 @@
 #           kernel's GPU time at MAIN_SHAPES, alternated with the tree's ROUNDS times (patches.txt); with PARITY=1 also
 #           `strata-kernels parity --variant grouped` and tests/gpu/test_grouped.py in each worktree (~90 s each:
 #           with PARITY=1 name at most three patches a call), with PARITY="NAME ..." only in those patches' worktrees
+#   benchab: the decode (AB_DECODE) and prompt (AB_PROMPT) benches, INT8, auto, of the tree, of the committed HEAD
+#           (a worktree, as main) and of the tree with each patch in AB_PATCHES applied, alternated ROUNDS times
+#           (benchab.txt: events and CUDA-graph ms a call)
+# main and benchab: MAIN_BASE_DIFF (an absolute path) is applied to HEAD's worktree first, where the device's checkout
+# shows an older HEAD than the commit to compare against (git diff OLD NEW -- templates > FILE, untracked, in the tree).
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches MAIN_SHAPES="32768x2048
@@ -88,7 +93,7 @@ tree_at() {
     echo "== $BASE_DIFF does not apply in $1"; return 1
   fi
   local pt
-  for pt in ${2//+/ }; do
+  for pt in ${2:+${2//+/ }}; do
     if ! (cd "$1" && git apply "$OLDPWD/$pt"); then echo "== $pt does not apply"; return 1; fi
   done
   (cd "$1" && build_plugins "/tmp/b_$(basename "$1")" "/tmp/build_$(basename "$1").txt") || { echo "== $1: build failed"; return 1; }
@@ -105,7 +110,7 @@ time_trees() {
   done
 }
 if has main; then
-  tree_at /tmp/mainwt && time_trees "tree=$PWD" "main $(git log -1 --format=%h)=/tmp/mainwt" 2>&1 | tee "$OUT/main_ab.txt"
+  BASE_DIFF=${MAIN_BASE_DIFF:-} tree_at /tmp/mainwt && time_trees "tree=$PWD" "main $(git log -1 --format=%h)=/tmp/mainwt" 2>&1 | tee "$OUT/main_ab.txt"
 fi
 if has patches; then
   # the patches' worktrees start from the tree's sources: its tracked changes against the checkout's HEAD first (the
@@ -130,6 +135,27 @@ if has patches; then
        PYTHONPATH=${nd#*=} timeout 200 python3 -m pytest tests/gpu/test_grouped.py -q -x -p no:cacheprovider 2>&1 | tail -1)
     done 2>&1 | tee "$OUT/patches_parity.txt"
   fi
+fi
+if has benchab; then  # whole calls' bench times (events, CUDA graph) of several trees, alternated
+  # trees: this one, HEAD (with MAIN_BASE_DIFF) and, for each patch in AB_PATCHES, the tree with it applied
+  git diff --binary HEAD > /tmp/tree.diff
+  abt=("tree=$PWD")
+  BASE_DIFF=${MAIN_BASE_DIFF:-} tree_at /tmp/abwt && abt+=("main $(git log -1 --format=%h)=/tmp/abwt")
+  for pt in ${AB_PATCHES:-}; do
+    nm=$(basename "$pt" .patch)
+    BASE_DIFF=/tmp/tree.diff tree_at "/tmp/abw_$nm" "$pt" && abt+=("$nm=/tmp/abw_$nm")
+  done
+  for r in $(seq "${ROUNDS:-2}"); do
+    for nd in "${abt[@]}"; do
+      echo "== ${nd%%=*}"
+      (cd "${nd#*=}" && PYTHONPATH=${nd#*=} timeout 120 python3 -m strata_kernels bench --op decode --device cuda \
+        --variant auto --format int8 --shapes ${AB_DECODE:-4096x1,32768x64,32768x128,32768x256} --reps 20 \
+        --methods plugin 2>&1 | grep -E "^[0-9]+x[0-9]+ " | awk '{print $1, "decode events", $5, "graph", $6}'
+       PYTHONPATH=${nd#*=} timeout 120 python3 -m strata_kernels bench --device cuda --variant auto --reps 10 \
+        --shapes ${AB_PROMPT:-32768x2048,1500x1500,2100x256} --methods plugin 2>&1 | grep -E "^[0-9]+x[0-9]+ " \
+        | awk '{print $1, "prompt events", $5, "graph", $6}')
+    done
+  done 2>&1 | tee "$OUT/benchab.txt"
 fi
 if has ab; then  # template variants in VARS (ci/gpu_try_variants.sh; carry ci/.var), unpacked
   STRATA_GROUPED_PACK=0 SKIP_TREE=1 KERNEL=grouped CASE_VARIANT=grouped OUT=$OUT \
