@@ -21,10 +21,10 @@
 #   benchab: the decode (AB_DECODE) and prompt (AB_PROMPT) benches, INT8, auto, of the tree, of the committed HEAD
 #           (a worktree, as main) and of the tree with each patch in AB_PATCHES applied, alternated ROUNDS times
 #           (benchab.txt: events and CUDA-graph ms a call)
-# main and benchab: MAIN_BASE_DIFF (an absolute path) is applied to HEAD's worktree first, where the device's checkout
-# shows an older HEAD than the commit to compare against (git diff OLD NEW -- templates > FILE, untracked, in the tree).
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
+# main and benchab: MAIN_BASE_DIFF (an absolute path) is applied to HEAD's worktree first, where the device's checkout
+# shows an older HEAD than the commit to compare against (git diff OLD NEW -- templates > FILE, untracked, in the tree).
 # Usage: STAGES="pack tests" bash ci/gpu_pack.sh; the next grouped_ws probes: STAGES=patches MAIN_SHAPES="32768x2048
 # 1500x1500 decode:32768x256" bash ci/gpu_pack.sh (~6 min, timing only), then the faster ones applied in the tree
 # with STAGES="tests sanitize prompt bench". The device's checkout may show an older HEAD than this machine's: the
