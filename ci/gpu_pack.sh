@@ -20,7 +20,10 @@
 #           with PARITY=1 name at most three patches a call), with PARITY="NAME ..." only in those patches' worktrees
 #   benchab: the decode (AB_DECODE) and prompt (AB_PROMPT) benches, INT8, auto, of the tree, of the committed HEAD
 #           (a worktree, as main) and of the tree with each patch in AB_PATCHES applied, alternated ROUNDS times
-#           (benchab.txt: events and CUDA-graph ms a call)
+#           (benchab.txt: events and CUDA-graph ms a call); AB_ENVS (e.g. "STRATA_X=1 STRATA_X=8,STRATA_Y=0"): the tree
+#           again under each entry's variables (comma-separated), named by them
+#   envk:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES under each entry of AB_ENVS (as benchab's),
+#           alternated ROUNDS times (envk.txt)
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # main and benchab: MAIN_BASE_DIFF (an absolute path) is applied to HEAD's worktree first, where the device's checkout
@@ -145,10 +148,14 @@ if has benchab; then  # whole calls' bench times (events, CUDA graph) of several
     nm=$(basename "$pt" .patch)
     BASE_DIFF=/tmp/tree.diff tree_at "/tmp/abw_$nm" "$pt" && abt+=("$nm=/tmp/abw_$nm")
   done
+  for ev in ${AB_ENVS:-}; do abt+=("tree ${ev}=$PWD"); done
   for r in $(seq "${ROUNDS:-2}"); do
     for nd in "${abt[@]}"; do
-      echo "== ${nd%%=*}"
-      (cd "${nd#*=}" && PYTHONPATH=${nd#*=} timeout 120 python3 -m strata_kernels bench --op decode --device cuda \
+      echo "== ${nd%=*}"
+      # a name "tree A=1,B=2": the tree under those variables
+      ev=$(echo "${nd%=*}" | sed -n 's/^tree //p' | tr ',' ' ')
+      nd="${nd%%=*}=${nd##*=}"
+      (cd "${nd#*=}" && { [ -z "$ev" ] || export $ev; } && PYTHONPATH=${nd#*=} timeout 120 python3 -m strata_kernels bench --op decode --device cuda \
         --variant auto --format int8 --shapes ${AB_DECODE:-4096x1,32768x64,32768x128,32768x256} --reps 20 \
         --methods plugin 2>&1 | grep -E "^[0-9]+x[0-9]+ " | awk '{print $1, "decode events", $5, "graph", $6}'
        PYTHONPATH=${nd#*=} timeout 120 python3 -m strata_kernels bench --device cuda --variant auto --reps 10 \
@@ -156,6 +163,15 @@ if has benchab; then  # whole calls' bench times (events, CUDA graph) of several
         | awk '{print $1, "prompt events", $5, "graph", $6}')
     done
   done 2>&1 | tee "$OUT/benchab.txt"
+fi
+if has envk; then  # each kernel's GPU time under each entry of AB_ENVS, alternated
+  for r in $(seq "${ROUNDS:-2}"); do
+    for ev in ${AB_ENVS:-}; do
+      echo "== $ev"
+      (export ${ev//,/ } && CASE_VARIANT=${CASE_VARIANT:-grouped} python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
+        decode:32768x64 decode:32768x128 decode:32768x256} 2>&1 | grep -v -i warn)
+    done
+  done 2>&1 | tee "$OUT/envk.txt"
 fi
 if has ab; then  # template variants in VARS (ci/gpu_try_variants.sh; carry ci/.var), unpacked
   STRATA_GROUPED_PACK=0 SKIP_TREE=1 KERNEL=grouped CASE_VARIANT=grouped OUT=$OUT \

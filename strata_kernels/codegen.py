@@ -137,8 +137,8 @@ def render_target(sel: Selection | Target, gen_dir: Path, *, toolchain: dict | N
     toolchain = toolchain or {"name": target.backend.toolchain, "version": None}
     if toolchain.get("name") == DRIVER_TOOLCHAIN:
         # clang + ptxas build plain sm_XY code (no sm_90a features), and the driver-API layer launches by
-        # cuLaunchKernel only (no launch attributes: no programmatic dependent launch)
-        target = replace(target, features=tuple(f for f in target.features if f not in ("wgmma", "pdl")))
+        # cuLaunchKernel only (no launch attributes: no programmatic dependent launch, no clusters)
+        target = replace(target, features=tuple(f for f in target.features if f not in ("wgmma", "pdl", "cluster")))
     flags = list(flags or [])
     thash = template_hash(target, root)
     manifest = build_manifest(target, ptx, toolchain, flags, thash)

@@ -145,15 +145,20 @@ def test_grouped_rows_that_are_not_ascending(to_cuda):
     _check(case, g, f)
 
 
-def test_grouped_neighbours_with_disjoint_selections(to_cuda):
-    # Random selections: the union of a group is much larger than one selection; still exact semantics.
-    case = testing.make_case("int8", 8192, 15)
+def _disjoint(case):
+    """Random ascending selections of random widths (0 .. cap)."""
     rng = np.random.default_rng(3)
     n_cells = case.kv.n_pages * 4
     for qi in range(case.n_q):
         w = int(rng.integers(0, case.ids.shape[1] + 1))
         case.ids[qi, :w] = np.sort(rng.choice(n_cells, size=w, replace=False)).astype(np.int32)
         case.width[qi] = w
+    return case
+
+
+def test_grouped_neighbours_with_disjoint_selections(to_cuda):
+    # Random selections: the union of a group is much larger than one selection; still exact semantics.
+    case = _disjoint(testing.make_case("int8", 8192, 15))
     g, f = _run(to_cuda, case)
     _check(case, g, f)
 
@@ -222,3 +227,72 @@ def test_grouped_takes_a_larger_cap_after_a_smaller_one(torch_cuda):
     a fresh process, so that no earlier call has set the kernel's limit."""
     r = subprocess.run([sys.executable, "-c", _LARGER_CAP], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def _unsorted(case):
+    rng = np.random.default_rng(7)
+    rng.shuffle(case.ids[1, :int(case.width[1])])
+    return case
+
+
+@pytest.mark.parametrize("ctx,n_q,kw,edit", [
+    (32768, 64, {}, None),                   # a decode call's 13 groups: the rule's clusters of 8
+    (131072, 24, {}, None),                  # four windows of 32768 cells
+    (1500, 40, {"holes": True}, None),       # pages not resident
+    (1500, 37, {"width0": True}, None),      # empty rows, a partial last group
+    (8192, 15, {}, _disjoint),               # unions much larger than one selection
+    (4096, 20, {}, _unsorted),               # a group that concatenates (rank 0 alone)
+    (600000, 10, {}, None),                  # the merge path (rank 0 alone)
+])
+def test_grouped_union_in_clusters(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw, edit):
+    # sm_90 (the target table's `cluster`): the union pre-pass may split each group's windows over a cluster of 2, 4
+    # or 8 blocks (STRATA_GROUPED_UNION_CLUSTER forces a size; a cluster that cannot launch is then an error). Its
+    # entries are those of one block a group, so every output's bits are too, prompt and decode alike.
+    if torch_cuda.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the union's clusters are built for sm_90 only")
+    case = testing.make_case("int8", ctx, n_q, **kw)
+    if edit:
+        case = edit(case)
+    q, kv, ids, width = to_cuda(case)
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    outs = {}
+    for cb in ("1", "2", "4", "8"):
+        monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", cb)
+        outs[cb] = (sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped"),
+                    sk.qsa_decode_attn(q, kv, ids, width, variant="grouped"))
+    for cb in ("2", "4", "8"):
+        for i, op in enumerate(("prompt", "decode")):
+            assert torch_cuda.equal(outs[cb][i], outs["1"][i]), f"clusters of {cb}, {op}: the bits differ from one block"
+    _check(case, outs["8"][0].cpu().numpy(), f)
+    monkeypatch.delenv("STRATA_GROUPED_UNION_CLUSTER")
+    assert torch_cuda.equal(sk.qsa_decode_attn(q, kv, ids, width, variant="grouped"), outs["1"][1])
+
+
+@pytest.mark.parametrize("what", ["ids", "page_table"])
+def test_grouped_union_in_clusters_flags_bad_entries(to_cuda, torch_cuda, monkeypatch, what):
+    # the flags of a bad id or page entry come from the cluster's ranks as from one block (the smallest index)
+    if torch_cuda.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the union's clusters are built for sm_90 only")
+    monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
+    monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", "8")
+    case = testing.make_case("int8", 32768, 12)
+    if what == "ids":
+        case.ids[6, 9] = 10**8
+        match = "ids: query 6, position 9 holds cell 100000000"
+    else:
+        page = int(case.ids[4, 1500]) // 4  # a page in a later rank's part of the window
+        case.kv.page_table[page] = 10**6
+        match = f"page_table: entry {page} "
+    q, kv, ids, width = to_cuda(case)
+    with pytest.raises(ValueError, match=match):
+        sk.qsa_decode_attn(q, kv, ids, width, variant="grouped")
+
+
+def test_grouped_union_cluster_switch_refuses_a_size_it_cannot_take(to_cuda, torch_cuda, monkeypatch):
+    if torch_cuda.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the union's clusters are built for sm_90 only")
+    monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", "3")
+    case = testing.make_case("int8", 4096, 20)
+    q, kv, ids, width = to_cuda(case)
+    with pytest.raises(Exception, match="STRATA_GROUPED_UNION_CLUSTER=3"):
+        sk.qsa_decode_attn(q, kv, ids, width, variant="grouped")
