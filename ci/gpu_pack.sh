@@ -7,7 +7,8 @@
 #   tests:  the grouped, decode and dispatch-model GPU tests (the packed form forced, the Q4_0 decode bar)
 #   bench:  `strata-kernels bench --op decode` of FORMATS (default int8) at SHAPES, METHODS
 #   prompt: the prompt bench (auto) at the four shapes
-#   sanitize: compute-sanitizer memcheck and racecheck of the packed form (decode and prompt calls)
+#   sanitize: compute-sanitizer memcheck and racecheck of the packed form (decode and prompt calls at SAN_CASES,
+#           default "2100x192 1500x40": ctx x queries)
 #   profile: ncu (source level) of the kernels in KERNELS (default the union pre-pass) on the decode call PROFILE_SHAPE
 #           (default 32768x256, grouped), all summaries in one file (profile.txt)
 #   main:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES, the tree's kernels against the committed
@@ -22,8 +23,8 @@
 #           (a worktree, as main) and of the tree with each patch in AB_PATCHES applied, alternated ROUNDS times
 #           (benchab.txt: events and CUDA-graph ms a call); AB_ENVS (e.g. "STRATA_X=1 STRATA_X=8,STRATA_Y=0"): the tree
 #           again under each entry's variables (comma-separated), named by them
-#   envk:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES under each entry of AB_ENVS (as benchab's),
-#           alternated ROUNDS times (envk.txt)
+#   envk:   each kernel's GPU time (ci/grouped_kernels.py) at MAIN_SHAPES under each entry of ENVK_ENVS (default
+#           AB_ENVS; entries as benchab's), alternated ROUNDS times (envk.txt)
 #   ab:     grouped.cu.j2 variants in VARS (default: main's, its grouped_ws inlined, against the tree's; carry
 #           ci/.var), unpacked; last, as it leaves the last variant's sm_90 plugin installed
 # main and benchab: MAIN_BASE_DIFF (an absolute path) is applied to HEAD's worktree first, where the device's checkout
@@ -72,7 +73,8 @@ if has sanitize; then  # memcheck and racecheck of the packed form (holes, width
   STRATA_GROUPED_PACK=1 run_tools python3 -c "
 import numpy as np, torch, strata_kernels as sk
 from strata_kernels import parity, testing
-for ctx, n_q in ((2100, 192), (1500, 40)):
+import os
+for ctx, n_q in [tuple(map(int, c.split('x'))) for c in os.environ.get('SAN_CASES', '2100x192 1500x40').split()]:
     case = testing.make_case('int8', ctx, n_q, holes=True, width0=True)
     case.width[:5] = 0
     for i, w in enumerate(case.width):
@@ -166,7 +168,7 @@ if has benchab; then  # whole calls' bench times (events, CUDA graph) of several
 fi
 if has envk; then  # each kernel's GPU time under each entry of AB_ENVS, alternated
   for r in $(seq "${ROUNDS:-2}"); do
-    for ev in ${AB_ENVS:-}; do
+    for ev in ${ENVK_ENVS:-${AB_ENVS:-}}; do
       echo "== $ev"
       (export ${ev//,/ } && CASE_VARIANT=${CASE_VARIANT:-grouped} python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
         decode:32768x64 decode:32768x128 decode:32768x256} 2>&1 | grep -v -i warn)
