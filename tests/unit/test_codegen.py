@@ -98,6 +98,23 @@ def test_cuda12_driver_plugins_carry_every_variant_of_their_table(tmp_path, tabl
     assert (r.directory / "v2_256_12.cu").is_file() and (r.directory / "driver_api.cpp").is_file()
 
 
+def test_launch_attribute_features_stay_out_of_the_driver_api_form(tmp_path, table):
+    # sm_90's nvcc plugin launches grouped's union pre-pass in thread block clusters and grouped_ws / the merges by
+    # programmatic dependent launch (cudaLaunchKernelEx); the cuda12 driver-API layer launches by cuLaunchKernel
+    # only, so its sources carry neither.
+    nv = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path / "nvcc",
+                               toolchain={"name": "nvcc", "version": "13.0"})
+    drv = codegen.render_target(targets.Selection(table["sm_90"], False), tmp_path / "driver",
+                                toolchain={"name": codegen.DRIVER_TOOLCHAIN, "version": "12.9"})
+    g_nv = (nv.directory / "grouped_256_12.cu").read_text()
+    g_drv = (drv.directory / "grouped_256_12.cu").read_text()
+    for marker in ("cudaLaunchAttributeClusterDimension", "barrier.cluster.arrive", '"griddepcontrol.wait;',
+                   "cudaLaunchAttributeProgrammaticStreamSerialization"):
+        assert marker in g_nv, marker
+        assert marker not in g_drv, marker
+    assert "grouped_union_kernel<true, 1><<<" in g_drv
+
+
 def test_warp_max_goes_through_the_one_helper(tmp_path, table):
     # clang 19/20 emit __reduce_max_sync with its mask and value swapped (the illegal instruction of v2, split and
     # grouped on the H200): only strata::warp_max_u32, whose clang branch shuffles instead, may call it.
