@@ -559,7 +559,7 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
         with open(args.json, "w") as f:
             json.dump({"op": args.op, "device": list(device), "device_name": _device_name(device),
                        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": _commit(),
-                       "reps": reps, "rows": [asdict(r) for r in rows]}, f, indent=1)
+                       **_tree_state(), "reps": reps, "rows": [asdict(r) for r in rows]}, f, indent=1)
     plugin_failed = any(r.method.startswith("plugin") and r.ms is None for r in rows)
     return 1 if plugin_failed else 0
 
@@ -587,6 +587,27 @@ def _commit() -> str:
                               cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def _tree_state(cwd: str | None = None) -> dict:
+    """Whether the checkout's tracked files differ from its commit, and a SHA-256 of that difference (`git diff
+    --binary HEAD`), so that a result measured on a tree with uncommitted changes says so and names them; None for
+    both where git cannot tell (no .git, STRATA_KERNELS_COMMIT set)."""
+    import hashlib
+    import os
+    import subprocess
+    unknown = {"tree_modified": None, "tree_diff_sha256": None}
+    if os.environ.get("STRATA_KERNELS_COMMIT"):
+        return unknown
+    cwd = cwd or os.path.dirname(os.path.abspath(__file__))
+    try:
+        r = subprocess.run(["git", "diff", "--binary", "HEAD"], capture_output=True, timeout=20, cwd=cwd)
+    except (OSError, subprocess.SubprocessError):
+        return unknown
+    if r.returncode != 0:
+        return unknown
+    return {"tree_modified": bool(r.stdout),
+            "tree_diff_sha256": hashlib.sha256(r.stdout).hexdigest() if r.stdout else None}
 
 
 def _variant_list(spec: str | None, fmt: str, device: tuple[str, int], op: str, api: Any) -> list[str | None]:

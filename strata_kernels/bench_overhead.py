@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import ops, testing
-from .bench import _commit
+from .bench import _commit, _tree_state
 from .parity import parse_device
 
 
@@ -154,7 +154,7 @@ def measure(device: tuple[str, int], calls: int, batch: int, log: Callable[[str]
         "op": [f"{s[0]} {s[2]}x{s[1]}" for s in shapes],
         "device": name, "device_kind": device[0],
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _commit(), "host": platform.node(), "python": platform.python_version(),
+        "commit": _commit(), **_tree_state(), "host": platform.node(), "python": platform.python_version(),
         "torch": getattr(torch, "__version__", None), "calls_per_method": calls, "batch": batch,
         "check_ids": os.environ.get("STRATA_KERNELS_CHECK_IDS", "lazy (default)"),
         "device_us_per_call": gpu_us, "rows": [asdict(r) for r in rows],
