@@ -57,6 +57,11 @@ def grouped_union_window_cells(nq: int) -> int:
 # faster (head_dim 128 and 256, where its shared memory fits). STRATA_QSA_SPLIT_ATTN=1 still forces split,
 # STRATA_DECODE_GROUPED=0 gives flash everywhere (the plugin's dispatch.inc.j2: the same rule).
 DECODE_GROUPED_BLOCKS = 16
+# Targets whose union pre-pass runs in thread block clusters (the `cluster` feature of backends/cuda.toml, built by
+# nvcc; the cuda12 driver-API form has none): there caches of up to DECODE_FLAT_WINDOWS windows count as one window
+# (cuda/dispatch.inc.j2 has the measurements).
+CLUSTER_CCS = frozenset({90})
+DECODE_FLAT_WINDOWS = 4
 
 
 def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
@@ -86,7 +91,8 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                 blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
                 uwc = grouped_union_window_cells(per)
                 windows = min(max(-(-cells // uwc), 1), GROUPED_UNION_MAX_WINDOWS)
-                need = DECODE_GROUPED_BLOCKS * (2 if fmt == "q4_0" else 1) * windows
+                flat = DECODE_FLAT_WINDOWS if cc in CLUSTER_CCS else 1
+                need = DECODE_GROUPED_BLOCKS * (2 if fmt == "q4_0" else 1) * (1 if windows <= flat else windows)
                 if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
                         and blocks >= need):
                     return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "

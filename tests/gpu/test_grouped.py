@@ -239,6 +239,8 @@ def _unsorted(case):
     (32768, 64, {}, None),                   # a decode call's 13 groups: the rule's clusters of 8
     (131072, 24, {}, None),                  # four windows of 32768 cells (the rows read once at CB 4 and 8)
     (70000, 24, {}, None),                   # three windows, the last one partly past the cache
+    (262144, 10, {}, None),                  # eight windows (CB 8 takes them all at once)
+    (100000, 12, {"holes": True, "width0": True}, None),  # four windows with pages not resident and empty rows
     (1500, 40, {"holes": True}, None),       # pages not resident
     (1500, 37, {"width0": True}, None),      # empty rows, a partial last group
     (8192, 15, {}, _disjoint),               # unions much larger than one selection

@@ -187,11 +187,13 @@ def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
     assert pick(256, env={"STRATA_PROMPT_ATTN_GROUPED": "0"})[0] == "grouped"  # the prompt's switch is the prompt's
     assert pick(256, env={"STRATA_DECODE_FLASH": "0"})[0] == "fp32"
     assert pick(256, plugin=[v for v in variants("sm_90") if v != "grouped"])[0] == "flash"
-    # a longer cache: 16 blocks per 32768-cell window of the union pre-pass (G 12), at most 12 windows
-    big = dict(cells=131072)
-    assert dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=155, shape=(256, 12, 2, 132),
-                     **big)[0] == "flash"                   # 62 blocks < 64
-    assert dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=160, shape=(256, 12, 2, 132),
-                     **big)[0] == "grouped"                 # 64 blocks
-    assert dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=956, shape=(256, 12, 2, 132),
-                     cells=1 << 22)[0] == "grouped"         # 384 blocks >= 16 x 12
+    # a longer cache: 16 blocks per 32768-cell window of the union pre-pass (G 12), at most 12 windows; where the
+    # pre-pass runs in clusters (sm_90), caches of up to four windows count as one
+    def at(arch, n_q, cells):
+        return dm.choose("cuda", arch, "decode", fmt, variants(arch), env={}, n_q=n_q, shape=(256, 12, 2, 132),
+                         cells=cells)[0]
+    assert [at("sm_90", n, 131072) for n in (35, 36)] == ["flash", "grouped"]       # 14 / 16 blocks
+    assert [at("sm_90", n, 65536) for n in (35, 36)] == ["flash", "grouped"]
+    assert [at("sm_90", n, 163840) for n in (195, 196)] == ["flash", "grouped"]     # five windows: 78 / 80 blocks
+    assert [at("sm_100", n, 131072) for n in (155, 160)] == ["flash", "grouped"]    # no clusters: 62 / 64 blocks
+    assert at("sm_90", 956, 1 << 22) == "grouped"                                   # 384 blocks >= 16 x 12

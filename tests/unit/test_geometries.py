@@ -131,3 +131,15 @@ def test_grouped_union_window_is_one_definition():
     for nq, cells in ((1, 262144), (2, 131072), (5, 32768), (8, 32768), (12, 16384), (32, 8192)):
         bits = 32 // (cells // words)
         assert dispatch_model.grouped_union_window_cells(nq) == cells and bits >= nq
+
+
+def test_decode_rule_flat_windows_follow_the_cluster_feature(table):
+    """The decode rule counts caches of up to DECODE_FLAT_WINDOWS windows as one where the union pre-pass runs in
+    clusters: cuda/dispatch.inc.j2 decides that by the target's `cluster` feature, the model by CLUSTER_CCS, which
+    must name exactly the CUDA targets whose table carries it."""
+    cluster = {int(t.arch) for t in table.values() if t.backend.name == "cuda" and "cluster" in t.features}
+    assert cluster and cluster == set(dispatch_model.CLUSTER_CCS)
+    text = (ROOT / "templates" / "cuda" / "dispatch.inc.j2").read_text()
+    flat = re.search(r'\{% if "cluster" in features %\}.*?DECODE_FLAT_WINDOWS = (\d+);.*?\{% else %\}\s*'
+                     r'constexpr int64_t DECODE_FLAT_WINDOWS = 1;', text, re.S)
+    assert flat and int(flat.group(1)) == dispatch_model.DECODE_FLAT_WINDOWS
