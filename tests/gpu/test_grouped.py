@@ -299,3 +299,53 @@ def test_grouped_union_cluster_switch_refuses_a_size_it_cannot_take(to_cuda, tor
     q, kv, ids, width = to_cuda(case)
     with pytest.raises(Exception, match="STRATA_GROUPED_UNION_CLUSTER=3"):
         sk.qsa_decode_attn(q, kv, ids, width, variant="grouped")
+
+
+@pytest.mark.parametrize("ctx,n_q,kw,edit", [
+    (32768, 24, {}, None),                   # one window of ids: the windows against the search path (forced)
+    (600000, 10, {}, None),                  # a span past the windows: the merge path against the search path
+    (100000, 12, {"holes": True, "width0": True}, None),  # pages not resident and empty rows
+    (1500, 37, {"width0": True}, None),      # empty rows, a partial last group
+    (8192, 15, {}, _disjoint),               # unions much larger than one selection, random widths
+    (4096, 20, {}, _unsorted),               # a group that concatenates (the search path is for ascending rows)
+])
+def test_grouped_union_search_path(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw, edit):
+    # The union pre-pass's search path (the rows searched against each other in shared memory) gives the entries, in
+    # the same order, of the windows and the merge path, so every output's bits are equal, prompt and decode alike.
+    # STRATA_GROUPED_UNION_SEARCH=1 takes it for every ascending group, 0 never (windows, then the merge path); one
+    # block a group, so that decode calls do not take the cluster forms that read the rows once.
+    case = testing.make_case("int8", ctx, n_q, **kw)
+    if edit:
+        case = edit(case)
+    q, kv, ids, width = to_cuda(case)
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", "1")
+    outs = {}
+    for s in ("0", "1"):
+        monkeypatch.setenv("STRATA_GROUPED_UNION_SEARCH", s)
+        outs[s] = (sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped"),
+                   sk.qsa_decode_attn(q, kv, ids, width, variant="grouped"))
+    for i, op in enumerate(("prompt", "decode")):
+        assert torch_cuda.equal(outs["1"][i], outs["0"][i]), f"{op}: the search path's bits differ"
+    _check(case, outs["1"][0].cpu().numpy(), f)
+    monkeypatch.delenv("STRATA_GROUPED_UNION_SEARCH")  # the rule: spans past the windows searched
+    assert torch_cuda.equal(sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped"), outs["1"][0])
+
+
+@pytest.mark.parametrize("what", ["ids", "page_table"])
+def test_grouped_union_search_path_flags_bad_entries(to_cuda, monkeypatch, what):
+    # an id or a page entry out of range is flagged at its (query, position) by the search path as by the others
+    monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
+    monkeypatch.setenv("STRATA_GROUPED_UNION_SEARCH", "1")
+    case = testing.make_case("int8", 2100, 12)
+    if what == "ids":
+        j = int(case.width[6]) - 1  # the row's last id: the row stays ascending
+        case.ids[6, j] = 10**8
+        match = f"ids: query 6, position {j} holds cell 100000000"
+    else:
+        page = int(case.ids[4, 100]) // 4
+        case.kv.page_table[page] = 10**6
+        match = f"page_table: entry {page} "
+    q, kv, ids, width = to_cuda(case)
+    with pytest.raises(ValueError, match=match):
+        sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
