@@ -38,7 +38,7 @@ def grouped_smem_bytes(head_dim: int = 256) -> int:
 
 # The union pre-pass's windows (cuda/grouped_union.inc.j2 defines them for the kernel and the plugin's dispatch):
 # GROUPED_UNION_WORDS words of membership bits, as many bits a cell as the power of two at or above a group's queries;
-# ids spanning GROUPED_UNION_MAX_WINDOWS windows or more take the merge path instead.
+# ids spanning GROUPED_UNION_MAX_WINDOWS windows or more take the search or the merge path instead.
 GROUPED_UNION_WORDS = 8192
 GROUPED_UNION_MAX_WINDOWS = 12
 
