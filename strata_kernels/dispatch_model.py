@@ -62,6 +62,9 @@ DECODE_GROUPED_BLOCKS = 16
 # (cuda/dispatch.inc.j2 has the measurements).
 CLUSTER_CCS = frozenset({90})
 DECODE_FLAT_WINDOWS = 4
+# and caches of more windows, whose union the search path takes (its cost does not grow with the cache), need
+# DECODE_LONG_BLOCKS blocks there, whatever their windows
+DECODE_LONG_BLOCKS = 3 * DECODE_GROUPED_BLOCKS
 
 
 def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
@@ -92,7 +95,9 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                 uwc = grouped_union_window_cells(per)
                 windows = min(max(-(-cells // uwc), 1), GROUPED_UNION_MAX_WINDOWS)
                 flat = DECODE_FLAT_WINDOWS if cc in CLUSTER_CCS else 1
-                need = DECODE_GROUPED_BLOCKS * (2 if fmt == "q4_0" else 1) * (1 if windows <= flat else windows)
+                per_cache = (DECODE_GROUPED_BLOCKS if windows <= flat
+                             else DECODE_LONG_BLOCKS if cc in CLUSTER_CCS else DECODE_GROUPED_BLOCKS * windows)
+                need = (2 if fmt == "q4_0" else 1) * per_cache
                 if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
                         and blocks >= need):
                     return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "

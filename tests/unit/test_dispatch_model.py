@@ -188,12 +188,15 @@ def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
     assert pick(256, env={"STRATA_DECODE_FLASH": "0"})[0] == "fp32"
     assert pick(256, plugin=[v for v in variants("sm_90") if v != "grouped"])[0] == "flash"
     # a longer cache: 16 blocks per 32768-cell window of the union pre-pass (G 12), at most 12 windows; where the
-    # pre-pass runs in clusters (sm_90), caches of up to four windows count as one
+    # pre-pass runs in clusters (sm_90), caches of up to four windows count as one, and longer ones need 48 blocks
+    # (DECODE_LONG_BLOCKS: the search path's union does not grow with the cache)
     def at(arch, n_q, cells):
         return dm.choose("cuda", arch, "decode", fmt, variants(arch), env={}, n_q=n_q, shape=(256, 12, 2, 132),
                          cells=cells)[0]
     assert [at("sm_90", n, 131072) for n in (35, 36)] == ["flash", "grouped"]       # 14 / 16 blocks
     assert [at("sm_90", n, 65536) for n in (35, 36)] == ["flash", "grouped"]
-    assert [at("sm_90", n, 163840) for n in (195, 196)] == ["flash", "grouped"]     # five windows: 78 / 80 blocks
+    assert [at("sm_90", n, 163840) for n in (115, 116)] == ["flash", "grouped"]     # five windows: 46 / 48 blocks
+    assert [at("sm_90", n, 524288) for n in (64, 115, 116)] == ["flash", "flash", "grouped"]
+    assert dm.DECODE_LONG_BLOCKS == 48
     assert [at("sm_100", n, 131072) for n in (155, 160)] == ["flash", "grouped"]    # no clusters: 62 / 64 blocks
     assert at("sm_90", 956, 1 << 22) == "grouped"                                   # 384 blocks >= 16 x 12

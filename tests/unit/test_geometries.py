@@ -135,11 +135,15 @@ def test_grouped_union_window_is_one_definition():
 
 def test_decode_rule_flat_windows_follow_the_cluster_feature(table):
     """The decode rule counts caches of up to DECODE_FLAT_WINDOWS windows as one where the union pre-pass runs in
-    clusters: cuda/dispatch.inc.j2 decides that by the target's `cluster` feature, the model by CLUSTER_CCS, which
-    must name exactly the CUDA targets whose table carries it."""
+    clusters, and longer caches (the search path's) need DECODE_LONG_BLOCKS blocks there: cuda/dispatch.inc.j2 decides
+    that by the target's `cluster` feature, the model by CLUSTER_CCS, which must name exactly the CUDA targets whose
+    table carries it."""
     cluster = {int(t.arch) for t in table.values() if t.backend.name == "cuda" and "cluster" in t.features}
     assert cluster and cluster == set(dispatch_model.CLUSTER_CCS)
     text = (ROOT / "templates" / "cuda" / "dispatch.inc.j2").read_text()
     flat = re.search(r'\{% if "cluster" in features %\}.*?DECODE_FLAT_WINDOWS = (\d+);.*?\{% else %\}\s*'
                      r'constexpr int64_t DECODE_FLAT_WINDOWS = 1;', text, re.S)
     assert flat and int(flat.group(1)) == dispatch_model.DECODE_FLAT_WINDOWS
+    long = re.search(r'\{% if "cluster" in features %\}.*?DECODE_LONG_BLOCKS = (\d+) \* DECODE_GROUPED_BLOCKS;.*?'
+                     r'\{% else %\}.*?constexpr int64_t DECODE_LONG_BLOCKS = 0;', text, re.S)
+    assert long and int(long.group(1)) * dispatch_model.DECODE_GROUPED_BLOCKS == dispatch_model.DECODE_LONG_BLOCKS
