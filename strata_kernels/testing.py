@@ -310,6 +310,20 @@ def make_case(fmt: str | int, ctx: int, n_q: int, seed: int | None = None, holes
                 width0=width0, real_scales=real_scales, periodic=periodic)
 
 
+def corrupt(case: Case, what: str, query: int, position: int) -> str:
+    """Put one bad entry into ``case`` and return the start of the error a checked call on it raises: ``"ids"``: the id
+    at (query, position) becomes cell 10**8, past any test cache; ``"page_table"``: the page entry of that id's page
+    becomes 10**6, past any test pool."""
+    if what == "ids":
+        case.ids[query, position] = 10**8
+        return f"ids: query {query}, position {position} holds cell 100000000"
+    if what == "page_table":
+        page = int(case.ids[query, position]) // PAGE
+        case.kv.page_table[page] = 10**6
+        return f"page_table: entry {page} "
+    raise ValueError(f"what: expected 'ids' or 'page_table', got {what!r}")
+
+
 def in_threads(call: Callable[[int], Any], n_threads: int, repeats: int = 3) -> list:
     """``call(i)`` ``repeats`` times on each of ``n_threads`` threads at once; the last result per thread. The first
     exception of any thread is raised here."""

@@ -55,13 +55,7 @@ def test_flash_ignores_garbage_past_the_width_and_is_repeatable(to_cuda, torch_c
 def test_flash_flags_out_of_range_ids_and_pages(to_cuda, monkeypatch, what):
     monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")  # the immediate sentence (default: at the next call)
     case = testing.make_case("k8v4", 2100, 5)
-    if what == "id":
-        case.ids[3, 17] = 10**8
-        match = "ids: query 3, position 17 holds cell 100000000"
-    else:
-        page = int(case.ids[2, 40]) // 4
-        case.kv.page_table[page] = 10**6
-        match = f"page_table: entry {page} "
+    match = testing.corrupt(case, "ids", 3, 17) if what == "id" else testing.corrupt(case, "page_table", 2, 40)
     q, kv, ids, width = to_cuda(case)
     with pytest.raises(ValueError, match=match):
         sk.qsa_decode_attn(q, kv, ids, width, variant="flash")

@@ -166,9 +166,9 @@ def test_grouped_neighbours_with_disjoint_selections(to_cuda):
 def test_grouped_flags_out_of_range_ids(to_cuda, monkeypatch):
     monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")  # the immediate sentence (default: at the next call)
     case = testing.make_case("int8", 2100, 12)
-    case.ids[6, 9] = 10**8
+    match = testing.corrupt(case, "ids", 6, 9)
     q, kv, ids, width = to_cuda(case)
-    with pytest.raises(ValueError, match="ids: query 6, position 9 holds cell 100000000"):
+    with pytest.raises(ValueError, match=match):
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
 
 
@@ -192,10 +192,9 @@ def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda, fmt,
 def test_grouped_flags_page_entries_out_of_range(to_cuda, monkeypatch):
     monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
     case = testing.make_case("int8", 2100, 12)
-    page = int(case.ids[4, 100]) // 4
-    case.kv.page_table[page] = 10**6
+    match = testing.corrupt(case, "page_table", 4, 100)
     q, kv, ids, width = to_cuda(case)
-    with pytest.raises(ValueError, match=f"page_table: entry {page} "):
+    with pytest.raises(ValueError, match=match):
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
 
 
@@ -279,13 +278,8 @@ def test_grouped_union_in_clusters_flags_bad_entries(to_cuda, torch_cuda, monkey
     monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
     monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", "8")
     case = testing.make_case("int8", 32768, 12)
-    if what == "ids":
-        case.ids[6, 9] = 10**8
-        match = "ids: query 6, position 9 holds cell 100000000"
-    else:
-        page = int(case.ids[4, 1500]) // 4  # a page in a later rank's part of the window
-        case.kv.page_table[page] = 10**6
-        match = f"page_table: entry {page} "
+    at = (6, 9) if what == "ids" else (4, 1500)  # the bad page: in a later rank's part of the window
+    match = testing.corrupt(case, what, *at)
     q, kv, ids, width = to_cuda(case)
     with pytest.raises(ValueError, match=match):
         sk.qsa_decode_attn(q, kv, ids, width, variant="grouped")
@@ -338,14 +332,9 @@ def test_grouped_union_search_path_flags_bad_entries(to_cuda, monkeypatch, what)
     monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
     monkeypatch.setenv("STRATA_GROUPED_UNION_SEARCH", "1")
     case = testing.make_case("int8", 2100, 12)
-    if what == "ids":
-        j = int(case.width[6]) - 1  # the row's last id: the row stays ascending
-        case.ids[6, j] = 10**8
-        match = f"ids: query 6, position {j} holds cell 100000000"
-    else:
-        page = int(case.ids[4, 100]) // 4
-        case.kv.page_table[page] = 10**6
-        match = f"page_table: entry {page} "
+    # the bad id: the row's last, so that the row stays ascending
+    at = (6, int(case.width[6]) - 1) if what == "ids" else (4, 100)
+    match = testing.corrupt(case, what, *at)
     q, kv, ids, width = to_cuda(case)
     with pytest.raises(ValueError, match=match):
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
