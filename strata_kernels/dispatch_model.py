@@ -43,10 +43,21 @@ GROUPED_UNION_WORDS = 8192
 GROUPED_UNION_MAX_WINDOWS = 12
 
 
+GROUPED_UNION_THREADS = 512
+
+
 def grouped_union_window_cells(nq: int) -> int:
     """Cells in one window of the union pre-pass for groups of ``nq`` queries (32768 at G 8-12)."""
     bits = next(b for b in (1, 2, 4, 8, 16, 32) if nq <= b)
     return GROUPED_UNION_WORDS * (32 // bits)
+
+
+def grouped_union_cb_max(nq: int) -> int:
+    """The largest cluster (8, 4, 2 blocks a group; 1: none) whose ranks split a window's words evenly over their
+    threads in whole 4-cell pages: the union pre-pass's ONE form covers caches of up to that many windows."""
+    cpw = 32 // next(b for b in (1, 2, 4, 8, 16, 32) if nq <= b)
+    return next((cb for cb in (8, 4, 2) if GROUPED_UNION_WORDS // cb % GROUPED_UNION_THREADS == 0
+                 and GROUPED_UNION_WORDS // cb // GROUPED_UNION_THREADS * cpw % 4 == 0), 1)
 
 
 # The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/, docs/results/2026-12-03-h200-decode-
@@ -63,8 +74,11 @@ DECODE_GROUPED_BLOCKS = 16
 CLUSTER_CCS = frozenset({90})
 DECODE_FLAT_WINDOWS = 4
 # and caches of more windows, whose union the search path takes (its cost does not grow with the cache), need
-# DECODE_LONG_BLOCKS blocks there, whatever their windows
-DECODE_LONG_BLOCKS = 3 * DECODE_GROUPED_BLOCKS
+# DECODE_LONG_BLOCKS blocks there, whatever their windows, except those a ONE form of the pre-pass covers (at most
+# grouped_union_cb_max windows and the groups' clusters within the multiprocessors), which count as one window
+# (cuda/dispatch.inc.j2 has the measurements); Q4_0 needs DECODE_LONG_BLOCKS_Q4
+DECODE_LONG_BLOCKS = 30
+DECODE_LONG_BLOCKS_Q4 = 96
 
 
 def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
@@ -89,15 +103,18 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
         if cc >= 80:
             off = env.get("STRATA_DECODE_GROUPED", "")[:1] == "0"
             if shape and not off and has_grouped:
-                head_dim, group, n_head_kv, _ = shape
+                head_dim, group, n_head_kv, sms = shape
                 per = min(64 // max(group, 1), 32)
                 blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
                 uwc = grouped_union_window_cells(per)
                 windows = min(max(-(-cells // uwc), 1), GROUPED_UNION_MAX_WINDOWS)
                 flat = DECODE_FLAT_WINDOWS if cc in CLUSTER_CCS else 1
-                per_cache = (DECODE_GROUPED_BLOCKS if windows <= flat
-                             else DECODE_LONG_BLOCKS if cc in CLUSTER_CCS else DECODE_GROUPED_BLOCKS * windows)
-                need = (2 if fmt == "q4_0" else 1) * per_cache
+                cbm = grouped_union_cb_max(per)
+                one = cc in CLUSTER_CCS and windows <= cbm and sms > 0 and -(-n_q // per) * cbm <= sms
+                q4 = 2 if fmt == "q4_0" else 1
+                need = (q4 * DECODE_GROUPED_BLOCKS if windows <= flat or one
+                        else (DECODE_LONG_BLOCKS_Q4 if q4 == 2 else DECODE_LONG_BLOCKS) if cc in CLUSTER_CCS
+                        else q4 * DECODE_GROUPED_BLOCKS * windows)
                 if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
                         and blocks >= need):
                     return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "

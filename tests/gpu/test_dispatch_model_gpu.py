@@ -1,7 +1,7 @@
 """The CUDA plugin's own which() against the Python statement of QSA_SPEC §5.4 (dispatch_model) that `explain`
 uses, on the device present, for every format × operation at 4 and 64 queries (the decode rule's grouped blocks)
-under a set of switch combinations. The plugins read their switches once per process, so each combination runs in
-a fresh interpreter."""
+under a set of switch combinations, and INT8 calls on long caches (the decode rule's windows) under the default ones.
+The plugins read their switches once per process, so each combination runs in a fresh interpreter."""
 from __future__ import annotations
 
 import json
@@ -26,10 +26,13 @@ out = {"arch": None, "variants": None, "which": {}, "sms": torch.cuda.get_device
 res = resolve.resolution_for("cuda", 0)
 out["arch"] = res.device.arch
 out["variants"] = res.chosen.plugin.manifest.get("dispatch_variants")
-for fmt, n_q in ((f, n) for f in ("fp16", "int8", "q4_0", "k8v4") for n in (4, 64)):
-    case = testing.make_case(fmt, 2100, n_q)
-    out["shape"] = [int(case.q.shape[2]), int(case.q.shape[1]) // int(case.kv.n_head_kv), int(case.kv.n_head_kv)]
-    out["cells"] = 4 * int(case.kv.page_table.shape[0])
+cases = [(f, 2100, n) for f in ("fp16", "int8", "q4_0", "k8v4") for n in (4, 64)]
+if "--long" in sys.argv:  # the decode rule's long caches: a ONE form's windows (262144 cells), the search path's
+    cases += [("int8", 262144, 32), ("int8", 262144, 48), ("int8", 524288, 64), ("int8", 524288, 72)]
+for fmt, ctx, n_q in cases:
+    case = testing.make_case(fmt, ctx, n_q)
+    shape = [int(case.q.shape[2]), int(case.q.shape[1]) // int(case.kv.n_head_kv), int(case.kv.n_head_kv)]
+    cells = 4 * int(case.kv.page_table.shape[0])
     kv = case.kv
     t = lambda a: None if a is None else torch.from_numpy(a).to(dev)
     b = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
@@ -38,7 +41,7 @@ for fmt, n_q in ((f, n) for f in ("fp16", "int8", "q4_0", "k8v4") for n in (4, 6
          "k8v4": lambda: sk.KVCache.k8v4(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.page_table))}[fmt]()
     for op in ("prompt", "decode"):
         w = sk.which(t(case.q), b, t(case.ids), t(case.width), path=op)
-        out["which"][f"{op}/{fmt}/{n_q}"] = [w.variant, w.reason]
+        out["which"][f"{op}/{fmt}/{n_q}/{ctx}"] = [w.variant, w.reason, shape, cells]
 print("JSON" + json.dumps(out))
 """
 
@@ -60,12 +63,15 @@ def test_model_agrees_with_the_plugin(torch_cuda, switches):
     env = {k: v for k, v in os.environ.items() if not (k.startswith("STRATA_") and not k.startswith("STRATA_KERNELS_"))}
     env.update(switches)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    p = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300)
+    # the long caches under the default switches only (their cases take a few seconds each to make)
+    argv = ["--long"] if not switches else []
+    p = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("JSON"))[4:])
     arch, variants = got["arch"], got["variants"]
-    for key, (variant, reason) in got["which"].items():
-        op, fmt, n_q = key.split("/")
+    assert len(got["which"]) == (24 if argv else 16)
+    for key, (variant, reason, shape, cells) in got["which"].items():
+        op, fmt, n_q, _ = key.split("/")
         want, why = dispatch_model.choose("cuda", arch, op, fmt, variants, env=switches, n_q=int(n_q),
-                                          shape=(*got["shape"], got["sms"]), cells=got["cells"])
+                                          shape=(*shape, got["sms"]), cells=cells)
         assert variant == want, f"{key} under {switches}: plugin {variant} ({reason}); model {want} ({why})"

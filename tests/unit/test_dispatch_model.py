@@ -170,9 +170,16 @@ def test_int8_decode_is_flash_without_a_shape_and_split_only_when_forced():
 def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
     def pick(n_q, shape=(256, 12, 2, 132), arch="sm_90", env=None, plugin=None):
         return dm.choose("cuda", arch, "decode", fmt, plugin or variants(arch), env=env or {}, n_q=n_q, shape=shape)
+    def at(arch, n_q, cells):
+        return dm.choose("cuda", arch, "decode", fmt, variants(arch), env={}, n_q=n_q, shape=(256, 12, 2, 132),
+                         cells=cells)[0]
     if fmt == "q4_0":  # Q4_0's bar is 32 blocks a window (its grouped kernel lost at 26 blocks, won from 40)
         assert [pick(n)[0] for n in (1, 8, 75, 76, 96, 256)] == ["flash"] * 3 + ["grouped"] * 3
         assert pick(128, shape=(128, 8, 2, 132))[0] == "grouped" and pick(120, shape=(128, 8, 2, 132))[0] == "flash"
+        # caches a ONE form covers count as one window (16 groups: 32 blocks); longer ones need 96 blocks
+        assert [at("sm_90", n, 262144) for n in (75, 76, 80, 81)] == ["flash", "grouped", "grouped", "flash"]
+        assert [at("sm_90", n, 524288) for n in (80, 235, 236)] == ["flash", "flash", "grouped"]
+        assert dm.DECODE_LONG_BLOCKS_Q4 == 96
         return
     # (256, 12), two KV heads: a block per 5 queries and KV head, so 16 blocks from 36 queries on
     assert [pick(n)[0] for n in (1, 8, 35, 36, 64, 256)] == ["flash"] * 3 + ["grouped"] * 3
@@ -188,15 +195,18 @@ def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
     assert pick(256, env={"STRATA_DECODE_FLASH": "0"})[0] == "fp32"
     assert pick(256, plugin=[v for v in variants("sm_90") if v != "grouped"])[0] == "flash"
     # a longer cache: 16 blocks per 32768-cell window of the union pre-pass (G 12), at most 12 windows; where the
-    # pre-pass runs in clusters (sm_90), caches of up to four windows count as one, and longer ones need 48 blocks
-    # (DECODE_LONG_BLOCKS: the search path's union does not grow with the cache)
-    def at(arch, n_q, cells):
-        return dm.choose("cuda", arch, "decode", fmt, variants(arch), env={}, n_q=n_q, shape=(256, 12, 2, 132),
-                         cells=cells)[0]
+    # pre-pass runs in clusters (sm_90), caches of up to four windows count as one, and longer ones need 30 blocks
+    # (DECODE_LONG_BLOCKS: the search path's union does not grow with the cache) ...
     assert [at("sm_90", n, 131072) for n in (35, 36)] == ["flash", "grouped"]       # 14 / 16 blocks
     assert [at("sm_90", n, 65536) for n in (35, 36)] == ["flash", "grouped"]
-    assert [at("sm_90", n, 163840) for n in (115, 116)] == ["flash", "grouped"]     # five windows: 46 / 48 blocks
-    assert [at("sm_90", n, 524288) for n in (64, 115, 116)] == ["flash", "flash", "grouped"]
-    assert dm.DECODE_LONG_BLOCKS == 48
+    assert [at("sm_90", n, 524288) for n in (64, 70, 71)] == ["flash", "flash", "grouped"]  # 26 / 28 / 30 blocks
+    assert [at("sm_90", n, 294912) for n in (64, 70, 71)] == ["flash", "flash", "grouped"]  # nine windows
+    assert dm.DECODE_LONG_BLOCKS == 30
+    # ... except caches that a ONE form of the pre-pass covers (at most 8 windows at G 12, 8 x the groups within the
+    # 132 multiprocessors: up to 16 groups of 5 queries), which count as one window
+    assert [at("sm_90", n, 262144) for n in (35, 36, 64, 80, 81)] == ["flash"] + ["grouped"] * 4
+    assert [at("sm_90", n, 163840) for n in (35, 36, 64)] == ["flash", "grouped", "grouped"]  # five windows
+    assert dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=64, shape=(256, 12, 2, 100),
+                     cells=262144)[0] == "flash"                                    # 13 groups x 8 > 100
     assert [at("sm_100", n, 131072) for n in (155, 160)] == ["flash", "grouped"]    # no clusters: 62 / 64 blocks
     assert at("sm_90", 956, 1 << 22) == "grouped"                                   # 384 blocks >= 16 x 12

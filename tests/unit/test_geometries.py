@@ -131,6 +131,11 @@ def test_grouped_union_window_is_one_definition():
     for nq, cells in ((1, 262144), (2, 131072), (5, 32768), (8, 32768), (12, 16384), (32, 8192)):
         bits = 32 // (cells // words)
         assert dispatch_model.grouped_union_window_cells(nq) == cells and bits >= nq
+    # the ONE form's largest cluster (the decode rule's windows): a rank's words spread over 512 threads in whole
+    # 4-cell pages, so 8 blocks except at 32 queries a group (one cell a word: 2 words a thread are half a page)
+    assert int(re.search(r"GROUPED_UNION_THREADS = (\d+);", inc).group(1)) == dispatch_model.GROUPED_UNION_THREADS
+    assert "static_assert(union_cb_max() == grouped_union_cb_max(NQ)" in (tdir / "grouped.cu.j2").read_text()
+    assert [dispatch_model.grouped_union_cb_max(nq) for nq in (1, 2, 5, 8, 12, 16, 32)] == [8] * 6 + [4]
 
 
 def test_decode_rule_flat_windows_follow_the_cluster_feature(table):
@@ -144,6 +149,8 @@ def test_decode_rule_flat_windows_follow_the_cluster_feature(table):
     flat = re.search(r'\{% if "cluster" in features %\}.*?DECODE_FLAT_WINDOWS = (\d+);.*?\{% else %\}\s*'
                      r'constexpr int64_t DECODE_FLAT_WINDOWS = 1;', text, re.S)
     assert flat and int(flat.group(1)) == dispatch_model.DECODE_FLAT_WINDOWS
-    long = re.search(r'\{% if "cluster" in features %\}.*?DECODE_LONG_BLOCKS = (\d+) \* DECODE_GROUPED_BLOCKS;.*?'
+    long = re.search(r'\{% if "cluster" in features %\}.*?DECODE_LONG_BLOCKS = (\d+);\s*'
+                     r'constexpr int64_t DECODE_LONG_BLOCKS_Q4 = (\d+);.*?'
                      r'\{% else %\}.*?constexpr int64_t DECODE_LONG_BLOCKS = 0;', text, re.S)
-    assert long and int(long.group(1)) * dispatch_model.DECODE_GROUPED_BLOCKS == dispatch_model.DECODE_LONG_BLOCKS
+    assert long and (int(long.group(1)), int(long.group(2))) == (dispatch_model.DECODE_LONG_BLOCKS,
+                                                                 dispatch_model.DECODE_LONG_BLOCKS_Q4)
