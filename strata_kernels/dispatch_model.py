@@ -76,8 +76,9 @@ DECODE_FLAT_WINDOWS = 4
 # and caches of more windows, whose union the search path takes (its cost does not grow with the cache), need
 # DECODE_LONG_BLOCKS blocks there, whatever their windows, except those a ONE form of the pre-pass covers (at most
 # grouped_union_cb_max windows and the groups' clusters within the multiprocessors), which count as one window
-# (cuda/dispatch.inc.j2 has the measurements); Q4_0 needs DECODE_LONG_BLOCKS_Q4
+# (cuda/dispatch.inc.j2 has the measurements); FP16 needs DECODE_LONG_BLOCKS_FP16, Q4_0 DECODE_LONG_BLOCKS_Q4
 DECODE_LONG_BLOCKS = 30
+DECODE_LONG_BLOCKS_FP16 = 20
 DECODE_LONG_BLOCKS_Q4 = 96
 
 
@@ -113,7 +114,8 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                 one = cc in CLUSTER_CCS and windows <= cbm and sms > 0 and -(-n_q // per) * cbm <= sms
                 q4 = 2 if fmt == "q4_0" else 1
                 need = (q4 * DECODE_GROUPED_BLOCKS if windows <= flat or one
-                        else (DECODE_LONG_BLOCKS_Q4 if q4 == 2 else DECODE_LONG_BLOCKS) if cc in CLUSTER_CCS
+                        else {"q4_0": DECODE_LONG_BLOCKS_Q4, "fp16": DECODE_LONG_BLOCKS_FP16}.get(
+                            fmt, DECODE_LONG_BLOCKS) if cc in CLUSTER_CCS
                         else q4 * DECODE_GROUPED_BLOCKS * windows)
                 if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
                         and blocks >= need):

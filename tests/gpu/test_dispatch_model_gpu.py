@@ -1,6 +1,7 @@
 """The CUDA plugin's own which() against the Python statement of QSA_SPEC §5.4 (dispatch_model) that `explain`
 uses, on the device present, for every format × operation at 4 and 64 queries (the decode rule's grouped blocks)
-under a set of switch combinations, and INT8 calls on long caches (the decode rule's windows) under the default ones.
+under a set of switch combinations, and INT8 and FP16 calls on long caches (the decode rule's windows) under the default
+ones.
 The plugins read their switches once per process, so each combination runs in a fresh interpreter."""
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ out["arch"] = res.device.arch
 out["variants"] = res.chosen.plugin.manifest.get("dispatch_variants")
 cases = [(f, 2100, n) for f in ("fp16", "int8", "q4_0", "k8v4") for n in (4, 64)]
 if "--long" in sys.argv:  # the decode rule's long caches: a ONE form's windows (262144 cells), the search path's
-    cases += [("int8", 262144, 32), ("int8", 262144, 48), ("int8", 524288, 64), ("int8", 524288, 72)]
+    cases += [("int8", 262144, 32), ("int8", 262144, 48), ("int8", 524288, 64), ("int8", 524288, 72),
+              ("fp16", 524288, 44), ("fp16", 524288, 48)]
 for fmt, ctx, n_q in cases:
     case = testing.make_case(fmt, ctx, n_q)
     shape = [int(case.q.shape[2]), int(case.q.shape[1]) // int(case.kv.n_head_kv), int(case.kv.n_head_kv)]
@@ -69,7 +71,7 @@ def test_model_agrees_with_the_plugin(torch_cuda, switches):
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("JSON"))[4:])
     arch, variants = got["arch"], got["variants"]
-    assert len(got["which"]) == (24 if argv else 16)
+    assert len(got["which"]) == (28 if argv else 16)
     for key, (variant, reason, shape, cells) in got["which"].items():
         op, fmt, n_q, _ = key.split("/")
         want, why = dispatch_model.choose("cuda", arch, op, fmt, variants, env=switches, n_q=int(n_q),

@@ -195,18 +195,22 @@ def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
     assert pick(256, env={"STRATA_DECODE_FLASH": "0"})[0] == "fp32"
     assert pick(256, plugin=[v for v in variants("sm_90") if v != "grouped"])[0] == "flash"
     # a longer cache: 16 blocks per 32768-cell window of the union pre-pass (G 12), at most 12 windows; where the
-    # pre-pass runs in clusters (sm_90), caches of up to four windows count as one, and longer ones need 30 blocks
-    # (DECODE_LONG_BLOCKS: the search path's union does not grow with the cache) ...
+    # pre-pass runs in clusters (sm_90), caches of up to four windows count as one, and longer ones need 30 blocks,
+    # FP16 20 (DECODE_LONG_BLOCKS: the search path's union does not grow with the cache) ...
     assert [at("sm_90", n, 131072) for n in (35, 36)] == ["flash", "grouped"]       # 14 / 16 blocks
     assert [at("sm_90", n, 65536) for n in (35, 36)] == ["flash", "grouped"]
-    assert [at("sm_90", n, 524288) for n in (64, 70, 71)] == ["flash", "flash", "grouped"]  # 26 / 28 / 30 blocks
-    assert [at("sm_90", n, 294912) for n in (64, 70, 71)] == ["flash", "flash", "grouped"]  # nine windows
-    assert dm.DECODE_LONG_BLOCKS == 30
+    if fmt == "fp16":  # 20 blocks (FP16's flash grid passes one wave sooner)
+        assert [at("sm_90", n, 524288) for n in (45, 46, 64)] == ["flash", "grouped", "grouped"]  # 18 / 20 / 26
+        assert dm.DECODE_LONG_BLOCKS_FP16 == 20
+    else:
+        assert [at("sm_90", n, 524288) for n in (64, 70, 71)] == ["flash", "flash", "grouped"]  # 26 / 28 / 30
+        assert [at("sm_90", n, 294912) for n in (64, 70, 71)] == ["flash", "flash", "grouped"]  # nine windows
+        assert dm.DECODE_LONG_BLOCKS == 30
     # ... except caches that a ONE form of the pre-pass covers (at most 8 windows at G 12, 8 x the groups within the
     # 132 multiprocessors: up to 16 groups of 5 queries), which count as one window
     assert [at("sm_90", n, 262144) for n in (35, 36, 64, 80, 81)] == ["flash"] + ["grouped"] * 4
     assert [at("sm_90", n, 163840) for n in (35, 36, 64)] == ["flash", "grouped", "grouped"]  # five windows
-    assert dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=64, shape=(256, 12, 2, 100),
-                     cells=262144)[0] == "flash"                                    # 13 groups x 8 > 100
+    assert [dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=40, shape=(256, 12, 2, sms),
+                      cells=262144)[0] for sms in (64, 60)] == ["grouped", "flash"]  # 8 groups x 8 > 60
     assert [at("sm_100", n, 131072) for n in (155, 160)] == ["flash", "grouped"]    # no clusters: 62 / 64 blocks
     assert at("sm_90", 956, 1 << 22) == "grouped"                                   # 384 blocks >= 16 x 12

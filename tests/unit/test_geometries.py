@@ -150,7 +150,9 @@ def test_decode_rule_flat_windows_follow_the_cluster_feature(table):
                      r'constexpr int64_t DECODE_FLAT_WINDOWS = 1;', text, re.S)
     assert flat and int(flat.group(1)) == dispatch_model.DECODE_FLAT_WINDOWS
     long = re.search(r'\{% if "cluster" in features %\}.*?DECODE_LONG_BLOCKS = (\d+);\s*'
+                     r'constexpr int64_t DECODE_LONG_BLOCKS_FP16 = (\d+);\s*'
                      r'constexpr int64_t DECODE_LONG_BLOCKS_Q4 = (\d+);.*?'
                      r'\{% else %\}.*?constexpr int64_t DECODE_LONG_BLOCKS = 0;', text, re.S)
-    assert long and (int(long.group(1)), int(long.group(2))) == (dispatch_model.DECODE_LONG_BLOCKS,
-                                                                 dispatch_model.DECODE_LONG_BLOCKS_Q4)
+    assert long and tuple(map(int, long.groups())) == (dispatch_model.DECODE_LONG_BLOCKS,
+                                                       dispatch_model.DECODE_LONG_BLOCKS_FP16,
+                                                       dispatch_model.DECODE_LONG_BLOCKS_Q4)
