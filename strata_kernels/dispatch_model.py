@@ -41,8 +41,6 @@ def grouped_smem_bytes(head_dim: int = 256) -> int:
 # ids spanning GROUPED_UNION_MAX_WINDOWS windows or more take the search or the merge path instead.
 GROUPED_UNION_WORDS = 8192
 GROUPED_UNION_MAX_WINDOWS = 12
-
-
 GROUPED_UNION_THREADS = 512
 
 
@@ -55,7 +53,7 @@ def grouped_union_window_cells(nq: int) -> int:
 def grouped_union_cb_max(nq: int) -> int:
     """The largest cluster (8, 4, 2 blocks a group; 1: none) whose ranks split a window's words evenly over their
     threads in whole 4-cell pages: the union pre-pass's ONE form covers caches of up to that many windows."""
-    cpw = 32 // next(b for b in (1, 2, 4, 8, 16, 32) if nq <= b)
+    cpw = grouped_union_window_cells(nq) // GROUPED_UNION_WORDS  # cells a word
     return next((cb for cb in (8, 4, 2) if GROUPED_UNION_WORDS // cb % GROUPED_UNION_THREADS == 0
                  and GROUPED_UNION_WORDS // cb // GROUPED_UNION_THREADS * cpw % 4 == 0), 1)
 
@@ -113,10 +111,10 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                 cbm = grouped_union_cb_max(per)
                 one = cc in CLUSTER_CCS and windows <= cbm and sms > 0 and -(-n_q // per) * cbm <= sms
                 q4 = 2 if fmt == "q4_0" else 1
+                long_bar = ({"q4_0": DECODE_LONG_BLOCKS_Q4, "fp16": DECODE_LONG_BLOCKS_FP16}.get(fmt, DECODE_LONG_BLOCKS)
+                            if cc in CLUSTER_CCS else 0)
                 need = (q4 * DECODE_GROUPED_BLOCKS if windows <= flat or one
-                        else {"q4_0": DECODE_LONG_BLOCKS_Q4, "fp16": DECODE_LONG_BLOCKS_FP16}.get(
-                            fmt, DECODE_LONG_BLOCKS) if cc in CLUSTER_CCS
-                        else q4 * DECODE_GROUPED_BLOCKS * windows)
+                        else long_bar or q4 * DECODE_GROUPED_BLOCKS * windows)
                 if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
                         and blocks >= need):
                     return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "
