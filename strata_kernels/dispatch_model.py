@@ -29,6 +29,8 @@ def _cc(arch: str) -> int:
 # Shared memory one block may opt in to, per NVIDIA compute capability (the CUDA programming guide's table); the
 # plugins read the device's own attribute instead.
 SMEM_OPTIN_KB = {80: 163, 86: 99, 87: 163, 89: 99, 90: 227, 100: 227, 103: 227, 110: 227, 120: 99, 121: 99}
+# and a multiprocessor's shared memory (the same table)
+SMEM_SM_KB = {80: 164, 86: 100, 87: 164, 89: 100, 90: 228, 100: 228, 103: 228, 110: 228, 120: 100, 121: 100}
 
 
 def grouped_smem_bytes(head_dim: int = 256) -> int:
@@ -56,6 +58,25 @@ def grouped_union_cb_max(nq: int) -> int:
     cpw = grouped_union_window_cells(nq) // GROUPED_UNION_WORDS  # cells a word
     return next((cb for cb in (8, 4, 2) if GROUPED_UNION_WORDS // cb % GROUPED_UNION_THREADS == 0
                  and GROUPED_UNION_WORDS // cb // GROUPED_UNION_THREADS * cpw % 4 == 0), 1)
+
+
+def grouped_union_one_smem(nq: int, cap: int, nwin: int, cb: int) -> int:
+    """Shared memory of the pre-pass's ONE form at cluster size ``cb`` over ``nwin`` windows: every window's part of
+    the bits, then the staging of a part's entries."""
+    return nwin * (GROUPED_UNION_WORDS // cb) * 4 + min(nq * cap, grouped_union_window_cells(nq) // cb) * 8
+
+
+def grouped_union_one_cb(nq: int, cap: int, nwin: int, groups: int, sms: int, per_sm: int) -> int:
+    """The launcher's cluster for the ONE form (1: none): the largest CB of at least ``nwin`` windows whose clusters
+    fit the blocks the multiprocessors hold (two a multiprocessor over several windows where its registers, MANY at
+    CB 8 takes one, and its shared memory allow), as cuda/grouped_union.inc.j2."""
+    c = grouped_union_cb_max(nq)
+    while c > 1 and c >= nwin:
+        two = nwin > 1 and c != 8 and 2 * (grouped_union_one_smem(nq, cap, nwin, c) + 3328) <= per_sm
+        if groups * c <= sms * (2 if two else 1):
+            return c
+        c //= 2
+    return 1
 
 
 # The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/, docs/results/2026-12-03-h200-decode-
@@ -88,7 +109,7 @@ def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
 
 def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                shape: tuple[int, int, int, int] | None = None, has_grouped: bool = True,
-               cells: int = 0) -> tuple[str, str]:
+               cells: int = 0, cap: int = 0) -> tuple[str, str]:
     if op == "decode":
         if _flag(env, "STRATA_QSA_SPLIT_ATTN") and fmt == "int8" and cc >= 80:
             return "split", "STRATA_QSA_SPLIT_ATTN=1, INT8, sm_80+: the split decode"
@@ -110,13 +131,26 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                 flat = DECODE_FLAT_WINDOWS if cc in CLUSTER_CCS else 1
                 cbm = grouped_union_cb_max(per)
                 one = cc in CLUSTER_CCS and windows <= cbm and sms > 0 and -(-n_q // per) * cbm <= sms
+                # outside the launcher's ONE form the pre-pass's running union (per x cap x 8 bytes) must fit in
+                # shared memory, else it runs in global memory and flash is faster (dispatch.inc.j2 has the numbers)
+                nwin = -(-cells // uwc)
+                union_fast = (per * cap * 8 + 1024 <= SMEM_OPTIN_KB.get(cc, 0) * 1024
+                              or (cc in CLUSTER_CCS and sms > 0 and nwin <= GROUPED_UNION_MAX_WINDOWS
+                                  and per * cap <= 1 << 24
+                                  and grouped_union_one_cb(per, cap, nwin, -(-n_q // per), sms,
+                                                           SMEM_SM_KB.get(cc, 0) * 1024) > 1))
                 q4 = 2 if fmt == "q4_0" else 1
                 long_bar = ({"q4_0": DECODE_LONG_BLOCKS_Q4, "fp16": DECODE_LONG_BLOCKS_FP16}.get(fmt, DECODE_LONG_BLOCKS)
                             if cc in CLUSTER_CCS else 0)
                 need = (q4 * DECODE_GROUPED_BLOCKS if windows <= flat or one
                         else long_bar or q4 * DECODE_GROUPED_BLOCKS * windows)
-                if (head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes()
-                        and blocks >= need):
+                could = head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes() \
+                    and blocks >= need
+                if could and not union_fast:
+                    return "flash", (f"sm_80+: flash (grouped's union pre-pass would run in global memory here: {per} "
+                                     f"queries a group x cap {cap} exceed shared memory outside its cluster form; "
+                                     "STRATA_DECODE_GROUPED=0 gives flash too)")
+                if could:
                     return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "
                                        f"{need} for a {cells}-cell cache: one gather of each group's union serves "
                                        "all its queries; STRATA_DECODE_GROUPED=0 gives flash)")
@@ -252,13 +286,14 @@ def _runnable(variant: str, kind: str, arch: str, fmt: str, op: str) -> str | No
 
 def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
            env: Mapping[str, str] | None = None, n_q: int = 1,
-           shape: tuple[int, int, int, int] | None = None, cells: int = 0) -> tuple[str, str]:
+           shape: tuple[int, int, int, int] | None = None, cells: int = 0, cap: int = 0) -> tuple[str, str]:
     """(variant, reason) that a plugin holding ``variants`` would run for ``op`` on ``fmt`` KV on the device
     ``kind``/``arch`` (``sm_86``, ``gfx1100``, …) under the switches in ``env`` (default: this process's).
     ``shape``: (head_dim, G, n_head_kv, multiprocessors) of a call, for the CUDA INT8 prompt rule's head_dim and grid
     checks (and the decode rule's grouped blocks); without it the rule answers for head_dim 256 and a grid that fills
     the device, and the decode operation for flash. ``cells``: the cache's logical cells (4 x its page-table
-    entries), for the decode rule's union windows."""
+    entries), for the decode rule's union windows. ``cap``: the selections' row length (ids' second dimension), for
+    whether the decode rule's union pre-pass keeps its running union in shared memory (0: assume it does)."""
     if op not in ("prompt", "decode"):
         raise ValueError(f"op must be 'prompt' or 'decode', got {op!r}")
     if fmt not in FORMATS:
@@ -271,7 +306,7 @@ def choose(kind: str, arch: str, op: str, fmt: str, variants: Sequence[str], *,
             return "fp32_lanecell", "SYCL, STRATA_ATTN_LANECELL=1: the lane-per-cell chunk kernel"
         return "fp32", "SYCL: chunk + merge"
     if kind == "cuda":
-        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, shape, "grouped" in variants, cells)
+        wish, reason = _cuda_wish(op, fmt, _cc(arch), env, n_q, shape, "grouped" in variants, cells, cap)
         if wish not in variants or _runnable(wish, kind, arch, fmt, op):
             return "fp32", f"{reason}; '{wish}' is not in the plugin, so the FP32 chunk + merge algorithm runs"
         return wish, reason

@@ -338,3 +338,38 @@ def test_grouped_union_search_path_flags_bad_entries(to_cuda, monkeypatch, what)
     q, kv, ids, width = to_cuda(case)
     with pytest.raises(ValueError, match=match):
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+
+
+@pytest.mark.parametrize("ctx,n_q,n_head_kv,kw,edit", [
+    (32768, 32, 8, {}, None),                # a decode call at (128, 4): two windows of 16384 cells, 2 groups of 16
+    (131072, 16, 2, {}, None),               # eight windows (MANY at CB 8)
+    (2100, 40, 2, {"holes": True, "width0": True}, None),  # one window, holes, empty rows, a partial last group
+    (4096, 20, 2, {}, _unsorted),            # a group that concatenates (rank 0 alone, into global memory)
+])
+def test_grouped_union_one_form_where_the_union_outgrows_shared_memory(to_cuda, torch_cuda, monkeypatch, ctx, n_q,
+                                                                        n_head_kv, kw, edit):
+    # At (128, 4) a group has 16 queries, so its running union (16 x cap x 8 bytes: 262 KB at cap 2051) does not fit in
+    # shared memory and one block a group takes the global-memory path. The cluster forms that read the rows once
+    # (ONE, MANY) need no such buffer, so the launcher takes them there too: their entries, and so every output's bits,
+    # are those of the global path (STRATA_GROUPED_UNION_CLUSTER=1: one block a group).
+    if torch_cuda.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the union's clusters are built for sm_90 only")
+    try:
+        sk.ops.plugin_variants(("cuda", 0), (128, 4))
+    except ValueError as e:
+        pytest.skip(f"the plugin does not carry (128, 4): {e}")
+    case = testing.make_case("int8", ctx, n_q, head_dim=128, group=4, n_head_kv=n_head_kv, **kw)
+    if edit:
+        case = edit(case)
+    assert 16 * case.ids.shape[1] * 8 > 227 * 1024, "the running union must outgrow shared memory here"
+    q, kv, ids, width = to_cuda(case)
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    outs = {}
+    for cb in ("1", "8", ""):  # 8: the cluster form forced (a launch that fails is the call's error); "": the rule
+        monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", cb)
+        outs[cb] = (sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped"),
+                    sk.qsa_decode_attn(q, kv, ids, width, variant="grouped"))
+    for cb in ("8", ""):
+        for i, op in enumerate(("prompt", "decode")):
+            assert torch_cuda.equal(outs[cb][i], outs["1"][i]), f"{op}, clusters {cb!r}: bits differ from one block's"
+    _check(case, outs["8"][1].cpu().numpy(), f)

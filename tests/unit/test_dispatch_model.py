@@ -214,3 +214,24 @@ def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
                       cells=262144)[0] for sms in (64, 60)] == ["grouped", "flash"]  # 8 groups x 8 > 60
     assert [at("sm_100", n, 131072) for n in (155, 160)] == ["flash", "grouped"]    # no clusters: 62 / 64 blocks
     assert at("sm_90", 956, 1 << 22) == "grouped"                                   # 384 blocks >= 16 x 12
+
+
+def test_decode_takes_flash_where_the_union_would_run_in_global_memory():
+    # At G 1-4 a group has 16-32 queries, so at cap 2051 its running union (16 x 2051 x 8 bytes at G 4) outgrows
+    # shared memory: the union pre-pass then has a fast path only in the ONE cluster form (sm_90), and the global-memory
+    # path otherwise made grouped 2-5x slower than flash (H200, (128, 4), 8 KV heads)
+    def at(n_q, cells, cap=2051, arch="sm_90", shape=(128, 4, 8, 132)):
+        return dm.choose("cuda", arch, "decode", "int8", variants(arch), env={}, n_q=n_q, shape=shape, cells=cells,
+                         cap=cap)
+    assert [at(n, 32768)[0] for n in (16, 32, 2112, 2128)] == ["flash", "grouped", "grouped", "flash"]
+    # 133 groups: two windows at CB 2 take 266 blocks, more than two a multiprocessor
+    assert "global memory" in at(2128, 32768)[1] and "cap 2051" in at(2128, 32768)[1]
+    # eight windows: MANY at CB 8, one block a multiprocessor, so at most 16 groups
+    assert [at(n, 131072)[0] for n in (256, 272)] == ["grouped", "flash"]
+    assert at(64, 1 << 20)[0] == "flash"                                   # 64 windows: no ONE form
+    assert at(64, 32768, arch="sm_100")[0] == "flash"                      # no clusters there
+    assert at(64, 32768, cap=1024, arch="sm_100")[0] == "grouped"          # 16 x 1024 x 8 bytes fit
+    assert at(64, 1 << 20, cap=1024)[0] == "grouped"
+    assert at(2128, 32768, cap=0)[0] == "grouped"                          # cap unknown: assumed to fit
+    # (256, 12): 5 queries a group, the union fits at any cap the spec's caches take
+    assert [at(n, 1 << 20, shape=(256, 12, 2, 132))[0] for n in (64, 128)] == ["flash", "grouped"]

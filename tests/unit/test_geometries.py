@@ -3,6 +3,8 @@
 not take."""
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -156,3 +158,45 @@ def test_decode_rule_flat_windows_follow_the_cluster_feature(table):
     assert long and tuple(map(int, long.groups())) == (dispatch_model.DECODE_LONG_BLOCKS,
                                                        dispatch_model.DECODE_LONG_BLOCKS_FP16,
                                                        dispatch_model.DECODE_LONG_BLOCKS_Q4)
+
+
+_ONE_CB_PROBE = r"""
+#include <cstdio>
+#include <initializer_list>
+%s
+int main() {
+    for (long long nq : {1, 2, 5, 8, 12, 16, 32})
+        for (long long cap : {64, 1024, 2051, 8192})
+            for (long long nwin = 1; nwin <= 12; ++nwin)
+                for (long long groups : {1, 2, 13, 16, 17, 33, 66, 67, 128, 132, 133})
+                    for (long long per_sm : {102400, 233472})
+                        std::printf("%%lld %%lld %%lld %%lld %%lld %%d %%lld\n", nq, cap, nwin, groups, per_sm,
+                                    grouped_union_one_cb(nq, cap, nwin, groups, 132, per_sm),
+                                    grouped_union_one_smem(nq, cap, nwin, 2));
+}
+"""
+
+
+def test_the_union_cluster_rule_is_one_definition(tmp_path):
+    """grouped_union_one_cb (cuda/grouped_union.inc.j2) is the launcher's choice of the ONE form's cluster and the
+    decode rule's check that the union has a fast path; the Python model repeats it: compiled on the host, the two
+    must agree everywhere on a grid of geometries, caps, windows, groups and shared-memory sizes."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++-19") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("needs a host C++ compiler")
+    tdir = ROOT / "templates" / "cuda"
+    inc = re.sub(r"\{#.*?#\}", "", (tdir / "grouped_union.inc.j2").read_text(), flags=re.S)
+    assert "grouped_union_one_cb(NQ, p->cap, nwin, groups, sms, per_sm)" in (tdir / "grouped.cu.j2").read_text()
+    assert "grouped_union_one_cb(per, a->cap, nwin, groups, f.sms, f.smem_sm)" in (tdir / "dispatch.inc.j2").read_text()
+    src = tmp_path / "probe.cpp"
+    src.write_text(_ONE_CB_PROBE % inc)
+    exe = tmp_path / "probe"
+    subprocess.run([cxx, "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True, capture_output=True)
+    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    rows = [list(map(int, line.split())) for line in lines if line]
+    assert len(rows) == 7 * 4 * 12 * 11 * 2
+    for nq, cap, nwin, groups, per_sm, cb, smem2 in rows:
+        assert dispatch_model.grouped_union_one_cb(nq, cap, nwin, groups, 132, per_sm) == cb, (nq, cap, nwin, groups)
+        assert dispatch_model.grouped_union_one_smem(nq, cap, nwin, 2) == smem2
+    assert {r[5] for r in rows} == {1, 2, 4, 8}  # the grid reaches every answer
+
