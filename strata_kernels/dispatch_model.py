@@ -81,24 +81,25 @@ def grouped_union_one_cb(nq: int, cap: int, nwin: int, groups: int, sms: int, pe
 
 # The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/, docs/results/2026-12-03-h200-decode-
 # grouped/): flash is the fastest per-query decode that passes parity (INT8, 1-256 queries: split takes 17-61 % more
-# CUDA-graph time), so it is the sm_80+ default; a call's queries share one cache, so where they fill at least
-# DECODE_GROUPED_BLOCKS grouped blocks (a block per group of 64 / G queries and KV head; Q4_0 twice that) per window
-# of the union pre-pass (32768 cells at G 8-12; at most 12 windows), grouped's one gather of each group's union is
-# faster (head_dim 128 and 256, where its shared memory fits). STRATA_QSA_SPLIT_ATTN=1 still forces split,
-# STRATA_DECODE_GROUPED=0 gives flash everywhere (the plugin's dispatch.inc.j2: the same rule).
-DECODE_GROUPED_BLOCKS = 16
+# CUDA-graph time), so it is the sm_80+ default; a call's queries share one cache, so where they make at least
+# DECODE_GROUPED_PAIRS (query, KV head) pairs (flash's work; Q4_0 DECODE_GROUPED_PAIRS_Q4) per window of the union
+# pre-pass (32768 cells at G 8-12; at most 12 windows), grouped's one gather of each group's union is faster (head_dim
+# 128 and 256, where its shared memory fits). STRATA_QSA_SPLIT_ATTN=1 still forces split, STRATA_DECODE_GROUPED=0
+# gives flash everywhere (the plugin's dispatch.inc.j2: the same rule, with the measurements).
+DECODE_GROUPED_PAIRS = 72
+DECODE_GROUPED_PAIRS_Q4 = 152
 # Targets whose union pre-pass runs in thread block clusters (the `cluster` feature of backends/cuda.toml, built by
 # nvcc; the cuda12 driver-API form has none): there caches of up to DECODE_FLAT_WINDOWS windows count as one window
 # (cuda/dispatch.inc.j2 has the measurements).
 CLUSTER_CCS = frozenset({90})
 DECODE_FLAT_WINDOWS = 4
 # and caches of more windows, whose union the search path takes (its cost does not grow with the cache), need
-# DECODE_LONG_BLOCKS blocks there, whatever their windows, except those a ONE form of the pre-pass covers (at most
+# DECODE_LONG_PAIRS pairs there, whatever their windows, except those a ONE form of the pre-pass covers (at most
 # grouped_union_cb_max windows and the groups' clusters within the multiprocessors), which count as one window
-# (cuda/dispatch.inc.j2 has the measurements); FP16 needs DECODE_LONG_BLOCKS_FP16, Q4_0 DECODE_LONG_BLOCKS_Q4
-DECODE_LONG_BLOCKS = 30
-DECODE_LONG_BLOCKS_FP16 = 20
-DECODE_LONG_BLOCKS_Q4 = 96
+# (cuda/dispatch.inc.j2 has the measurements); FP16 needs DECODE_LONG_PAIRS_FP16, Q4_0 DECODE_LONG_PAIRS_Q4
+DECODE_LONG_PAIRS = 142
+DECODE_LONG_PAIRS_FP16 = 92
+DECODE_LONG_PAIRS_Q4 = 472
 
 
 def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
@@ -139,21 +140,22 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                                   and per * cap <= 1 << 24
                                   and grouped_union_one_cb(per, cap, nwin, -(-n_q // per), sms,
                                                            SMEM_SM_KB.get(cc, 0) * 1024) > 1))
-                q4 = 2 if fmt == "q4_0" else 1
-                long_bar = ({"q4_0": DECODE_LONG_BLOCKS_Q4, "fp16": DECODE_LONG_BLOCKS_FP16}.get(fmt, DECODE_LONG_BLOCKS)
+                bar = DECODE_GROUPED_PAIRS_Q4 if fmt == "q4_0" else DECODE_GROUPED_PAIRS
+                long_bar = ({"q4_0": DECODE_LONG_PAIRS_Q4, "fp16": DECODE_LONG_PAIRS_FP16}.get(fmt, DECODE_LONG_PAIRS)
                             if cc in CLUSTER_CCS else 0)
-                need = (q4 * DECODE_GROUPED_BLOCKS if windows <= flat or one
-                        else long_bar or q4 * DECODE_GROUPED_BLOCKS * windows)
+                need = bar if windows <= flat or one else long_bar or bar * windows
+                pairs = n_q * n_head_kv
                 could = head_dim in (128, 256) and SMEM_OPTIN_KB.get(cc, 0) * 1024 >= grouped_smem_bytes() \
-                    and blocks >= need
+                    and pairs >= need
                 if could and not union_fast:
                     return "flash", (f"sm_80+: flash (grouped's union pre-pass would run in global memory here: {per} "
                                      f"queries a group x cap {cap} exceed shared memory outside its cluster form; "
                                      "STRATA_DECODE_GROUPED=0 gives flash too)")
                 if could:
-                    return "grouped", (f"sm_80+, {n_q} queries: grouped ({blocks} blocks of {per} queries, at least "
-                                       f"{need} for a {cells}-cell cache: one gather of each group's union serves "
-                                       "all its queries; STRATA_DECODE_GROUPED=0 gives flash)")
+                    return "grouped", (f"sm_80+, {n_q} queries: grouped ({pairs} (query, KV head) pairs, at least "
+                                       f"{need} for a {cells}-cell cache; {blocks} blocks of {per} queries: one "
+                                       "gather of each group's union serves all its queries; STRATA_DECODE_GROUPED=0 "
+                                       "gives flash)")
             return "flash", ("sm_80+: flash (flash-decoding, all four formats; the fastest decode that passes "
                              f"parity{'; STRATA_DECODE_GROUPED=0' if off else ''})")
         return "fp32", "chunk + merge"

@@ -167,26 +167,31 @@ def test_int8_decode_is_flash_without_a_shape_and_split_only_when_forced():
 
 
 @pytest.mark.parametrize("fmt", ["int8", "fp16", "k8v4", "q4_0"])
-def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
+def test_decode_runs_grouped_from_72_query_kv_head_pairs(fmt):
     def pick(n_q, shape=(256, 12, 2, 132), arch="sm_90", env=None, plugin=None):
         return dm.choose("cuda", arch, "decode", fmt, plugin or variants(arch), env=env or {}, n_q=n_q, shape=shape)
     def at(arch, n_q, cells):
         return dm.choose("cuda", arch, "decode", fmt, variants(arch), env={}, n_q=n_q, shape=(256, 12, 2, 132),
                          cells=cells)[0]
-    if fmt == "q4_0":  # Q4_0's bar is 32 blocks a window (its grouped kernel lost at 26 blocks, won from 40)
+    if fmt == "q4_0":  # Q4_0's bar is 152 pairs a window (at (256, 12): its grouped kernel lost at 26 blocks, won
+        # from 40; 32 blocks are 76 queries x 2 KV heads)
         assert [pick(n)[0] for n in (1, 8, 75, 76, 96, 256)] == ["flash"] * 3 + ["grouped"] * 3
-        assert pick(128, shape=(128, 8, 2, 132))[0] == "grouped" and pick(120, shape=(128, 8, 2, 132))[0] == "flash"
-        # caches a ONE form covers count as one window (16 groups: 32 blocks); longer ones need 96 blocks
+        assert [pick(n, shape=(128, 8, 2, 132))[0] for n in (75, 76)] == ["flash", "grouped"]  # pairs, not blocks
+        assert [pick(n, shape=(128, 8, 8, 132))[0] for n in (18, 19)] == ["flash", "grouped"]
+        # caches a ONE form covers count as one window (16 groups); longer ones need 472 pairs (236 queries)
         assert [at("sm_90", n, 262144) for n in (75, 76, 80, 81)] == ["flash", "grouped", "grouped", "flash"]
         assert [at("sm_90", n, 524288) for n in (80, 235, 236)] == ["flash", "flash", "grouped"]
-        assert dm.DECODE_LONG_BLOCKS_Q4 == 96
+        assert dm.DECODE_LONG_PAIRS_Q4 == 472
         return
     # (256, 12), two KV heads: a block per 5 queries and KV head, so 16 blocks from 36 queries on
     assert [pick(n)[0] for n in (1, 8, 35, 36, 64, 256)] == ["flash"] * 3 + ["grouped"] * 3
     why = pick(64)[1]
-    assert "26 blocks of 5 queries" in why and "STRATA_DECODE_GROUPED=0" in why
-    assert pick(64, shape=(128, 8, 2, 132))[0] == "grouped"    # 8 queries a block: 16 blocks
-    assert pick(56, shape=(128, 8, 2, 132))[0] == "flash"      # 14 blocks
+    assert "128 (query, KV head) pairs, at least 72" in why and "26 blocks of 5 queries" in why
+    assert "STRATA_DECODE_GROUPED=0" in why
+    # pairs, not blocks: at (128, 8) 36 queries x 2 KV heads are 5 blocks, 9 x 8 KV heads 8 blocks, 72 x 1 KV head 9
+    assert [pick(n, shape=(128, 8, 2, 132))[0] for n in (35, 36)] == ["flash", "grouped"]
+    assert [pick(n, shape=(128, 8, 8, 132))[0] for n in (8, 9)] == ["flash", "grouped"]
+    assert [pick(n, shape=(128, 8, 1, 132))[0] for n in (64, 71, 72, 96)] == ["flash", "flash", "grouped", "grouped"]
     assert pick(256, shape=(64, 8, 2, 132))[0] == "flash"      # head_dim 64: grouped is not chosen automatically
     assert pick(256, arch="sm_86")[0] == "flash"               # 99 KB of shared memory: grouped does not fit
     assert pick(256, env={"STRATA_DECODE_GROUPED": "0"})[0] == "flash"
@@ -196,23 +201,23 @@ def test_decode_runs_grouped_where_the_queries_fill_sixteen_blocks(fmt):
     assert pick(256, plugin=[v for v in variants("sm_90") if v != "grouped"])[0] == "flash"
     # a longer cache: 16 blocks per 32768-cell window of the union pre-pass (G 12), at most 12 windows; where the
     # pre-pass runs in clusters (sm_90), caches of up to four windows count as one, and longer ones need 30 blocks,
-    # FP16 20 (DECODE_LONG_BLOCKS: the search path's union does not grow with the cache) ...
+    # FP16 20 (DECODE_LONG_PAIRS 142 and 92: the search path's union does not grow with the cache) ...
     assert [at("sm_90", n, 131072) for n in (35, 36)] == ["flash", "grouped"]       # 14 / 16 blocks
     assert [at("sm_90", n, 65536) for n in (35, 36)] == ["flash", "grouped"]
     if fmt == "fp16":  # 20 blocks (FP16's flash grid passes one wave sooner)
         assert [at("sm_90", n, 524288) for n in (45, 46, 64)] == ["flash", "grouped", "grouped"]  # 18 / 20 / 26
-        assert dm.DECODE_LONG_BLOCKS_FP16 == 20
+        assert dm.DECODE_LONG_PAIRS_FP16 == 92
     else:
         assert [at("sm_90", n, 524288) for n in (64, 70, 71)] == ["flash", "flash", "grouped"]  # 26 / 28 / 30
         assert [at("sm_90", n, 294912) for n in (64, 70, 71)] == ["flash", "flash", "grouped"]  # nine windows
-        assert dm.DECODE_LONG_BLOCKS == 30
+        assert dm.DECODE_LONG_PAIRS == 142
     # ... except caches that a ONE form of the pre-pass covers (at most 8 windows at G 12, 8 x the groups within the
     # 132 multiprocessors: up to 16 groups of 5 queries), which count as one window
     assert [at("sm_90", n, 262144) for n in (35, 36, 64, 80, 81)] == ["flash"] + ["grouped"] * 4
     assert [at("sm_90", n, 163840) for n in (35, 36, 64)] == ["flash", "grouped", "grouped"]  # five windows
     assert [dm.choose("cuda", "sm_90", "decode", fmt, variants("sm_90"), env={}, n_q=40, shape=(256, 12, 2, sms),
                       cells=262144)[0] for sms in (64, 60)] == ["grouped", "flash"]  # 8 groups x 8 > 60
-    assert [at("sm_100", n, 131072) for n in (155, 160)] == ["flash", "grouped"]    # no clusters: 62 / 64 blocks
+    assert [at("sm_100", n, 131072) for n in (143, 144)] == ["flash", "grouped"]    # no clusters: 4 x 72 pairs
     assert at("sm_90", 956, 1 << 22) == "grouped"                                   # 384 blocks >= 16 x 12
 
 
@@ -223,7 +228,7 @@ def test_decode_takes_flash_where_the_union_would_run_in_global_memory():
     def at(n_q, cells, cap=2051, arch="sm_90", shape=(128, 4, 8, 132)):
         return dm.choose("cuda", arch, "decode", "int8", variants(arch), env={}, n_q=n_q, shape=shape, cells=cells,
                          cap=cap)
-    assert [at(n, 32768)[0] for n in (16, 32, 2112, 2128)] == ["flash", "grouped", "grouped", "flash"]
+    assert [at(n, 32768)[0] for n in (8, 9, 32, 2112, 2128)] == ["flash", "grouped", "grouped", "grouped", "flash"]
     # 133 groups: two windows at CB 2 take 266 blocks, more than two a multiprocessor
     assert "global memory" in at(2128, 32768)[1] and "cap 2051" in at(2128, 32768)[1]
     # eight windows: MANY at CB 8, one block a multiprocessor, so at most 16 groups

@@ -142,22 +142,25 @@ def test_grouped_union_window_is_one_definition():
 
 def test_decode_rule_flat_windows_follow_the_cluster_feature(table):
     """The decode rule counts caches of up to DECODE_FLAT_WINDOWS windows as one where the union pre-pass runs in
-    clusters, and longer caches (the search path's) need DECODE_LONG_BLOCKS blocks there: cuda/dispatch.inc.j2 decides
-    that by the target's `cluster` feature, the model by CLUSTER_CCS, which must name exactly the CUDA targets whose
-    table carries it."""
+    clusters, and longer caches (the search path's) need DECODE_LONG_PAIRS (query, KV head) pairs there:
+    cuda/dispatch.inc.j2 decides that by the target's `cluster` feature, the model by CLUSTER_CCS, which must name
+    exactly the CUDA targets whose table carries it. The one-window bars are the same numbers in both."""
     cluster = {int(t.arch) for t in table.values() if t.backend.name == "cuda" and "cluster" in t.features}
     assert cluster and cluster == set(dispatch_model.CLUSTER_CCS)
     text = (ROOT / "templates" / "cuda" / "dispatch.inc.j2").read_text()
     flat = re.search(r'\{% if "cluster" in features %\}.*?DECODE_FLAT_WINDOWS = (\d+);.*?\{% else %\}\s*'
                      r'constexpr int64_t DECODE_FLAT_WINDOWS = 1;', text, re.S)
     assert flat and int(flat.group(1)) == dispatch_model.DECODE_FLAT_WINDOWS
-    long = re.search(r'\{% if "cluster" in features %\}.*?DECODE_LONG_BLOCKS = (\d+);\s*'
-                     r'constexpr int64_t DECODE_LONG_BLOCKS_FP16 = (\d+);\s*'
-                     r'constexpr int64_t DECODE_LONG_BLOCKS_Q4 = (\d+);.*?'
-                     r'\{% else %\}.*?constexpr int64_t DECODE_LONG_BLOCKS = 0;', text, re.S)
-    assert long and tuple(map(int, long.groups())) == (dispatch_model.DECODE_LONG_BLOCKS,
-                                                       dispatch_model.DECODE_LONG_BLOCKS_FP16,
-                                                       dispatch_model.DECODE_LONG_BLOCKS_Q4)
+    long = re.search(r'\{% if "cluster" in features %\}.*?DECODE_LONG_PAIRS = (\d+);\s*'
+                     r'constexpr int64_t DECODE_LONG_PAIRS_FP16 = (\d+);\s*'
+                     r'constexpr int64_t DECODE_LONG_PAIRS_Q4 = (\d+);.*?'
+                     r'\{% else %\}.*?constexpr int64_t DECODE_LONG_PAIRS = 0;', text, re.S)
+    assert long and tuple(map(int, long.groups())) == (dispatch_model.DECODE_LONG_PAIRS,
+                                                       dispatch_model.DECODE_LONG_PAIRS_FP16,
+                                                       dispatch_model.DECODE_LONG_PAIRS_Q4)
+    bars = re.search(r"DECODE_GROUPED_PAIRS = (\d+);\s*constexpr int64_t DECODE_GROUPED_PAIRS_Q4 = (\d+);", text)
+    assert bars and tuple(map(int, bars.groups())) == (dispatch_model.DECODE_GROUPED_PAIRS,
+                                                       dispatch_model.DECODE_GROUPED_PAIRS_Q4)
 
 
 _ONE_CB_PROBE = r"""
