@@ -66,17 +66,19 @@ def grouped_union_one_smem(nq: int, cap: int, nwin: int, cb: int) -> int:
     return nwin * (GROUPED_UNION_WORDS // cb) * 4 + min(nq * cap, grouped_union_window_cells(nq) // cb) * 8
 
 
-def grouped_union_one_cb(nq: int, cap: int, nwin: int, groups: int, sms: int, per_sm: int) -> int:
+def grouped_union_one_cb(nq: int, cap: int, nwin: int, groups: int, sms: int, per_sm: int, fits: bool) -> int:
     """The launcher's cluster for the ONE form (1: none): the largest CB of at least ``nwin`` windows whose clusters
     fit the blocks the multiprocessors hold (two a multiprocessor over several windows where its registers, MANY at
-    CB 8 takes one, and its shared memory allow), as cuda/grouped_union.inc.j2."""
-    c = grouped_union_cb_max(nq)
+    CB 8 takes one, and its shared memory allow); where the running union does not fit in shared memory (``fits``
+    false), the smallest CB of at least ``nwin`` otherwise (several waves). As cuda/grouped_union.inc.j2."""
+    c, least = grouped_union_cb_max(nq), 1
     while c > 1 and c >= nwin:
         two = nwin > 1 and c != 8 and 2 * (grouped_union_one_smem(nq, cap, nwin, c) + 3328) <= per_sm
         if groups * c <= sms * (2 if two else 1):
             return c
+        least = c
         c //= 2
-    return 1
+    return 1 if fits else least
 
 
 # The decode rule measured on the H200 (docs/results/2026-12-02-h200-decode2/, docs/results/2026-12-03-h200-decode-
@@ -132,14 +134,7 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
                 flat = DECODE_FLAT_WINDOWS if cc in CLUSTER_CCS else 1
                 cbm = grouped_union_cb_max(per)
                 one = cc in CLUSTER_CCS and windows <= cbm and sms > 0 and -(-n_q // per) * cbm <= sms
-                # outside the launcher's ONE form the pre-pass's running union (per x cap x 8 bytes) must fit in
-                # shared memory, else it runs in global memory and flash is faster (dispatch.inc.j2 has the numbers)
-                nwin = -(-cells // uwc)
-                union_fast = (per * cap * 8 + 1024 <= SMEM_OPTIN_KB.get(cc, 0) * 1024
-                              or (cc in CLUSTER_CCS and sms > 0 and nwin <= GROUPED_UNION_MAX_WINDOWS
-                                  and per * cap <= 1 << 24
-                                  and grouped_union_one_cb(per, cap, nwin, -(-n_q // per), sms,
-                                                           SMEM_SM_KB.get(cc, 0) * 1024) > 1))
+                union_fast = _union_fast(cc, per, cap, cells, n_q, sms)
                 bar = DECODE_GROUPED_PAIRS_Q4 if fmt == "q4_0" else DECODE_GROUPED_PAIRS
                 long_bar = ({"q4_0": DECODE_LONG_PAIRS_Q4, "fp16": DECODE_LONG_PAIRS_FP16}.get(fmt, DECODE_LONG_PAIRS)
                             if cc in CLUSTER_CCS else 0)
@@ -179,7 +174,7 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
             return "fp32", "Q4_0 below sm_80: the decode algorithm"
         if "STRATA_PROMPT_ATTN_V1" in env:
             return "v1", "STRATA_PROMPT_ATTN_V1 is set: v1"
-        return _grouped_or("Q4_0", "v1", cc, env, n_q, shape)
+        return _grouped_or("Q4_0", "v1", cc, env, n_q, shape, cells, cap)
     if fmt == "int8":
         if volta:
             return "v70", "INT8 on Volta: v70"
@@ -191,7 +186,7 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
             return "v1", "INT8 on the Turing branch: v1"
         if _flag(env, "STRATA_PROMPT_ATTN_IMMA"):
             return "imma", "STRATA_PROMPT_ATTN_IMMA=1: imma"
-        return _grouped_or("INT8", "v2", cc, env, n_q, shape)
+        return _grouped_or("INT8", "v2", cc, env, n_q, shape, cells, cap)
     # FP16 and K8V4 (v1 modes 0 and 3)
     name, mode = ("K8V4", 3) if fmt == "k8v4" else ("FP16", 0)
     if volta:
@@ -200,10 +195,21 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
         return "v1", "STRATA_PROMPT_ATTN_V1 is set: v1"
     if turing:
         return "v1", f"{name}: v1 mode {mode}"
-    return _grouped_or(name, "v1", cc, env, n_q, shape)
+    return _grouped_or(name, "v1", cc, env, n_q, shape, cells, cap)
 
 
-def _grouped_or(fmt: str, other: str, cc: int, env: Mapping[str, str], n_q: int, shape) -> tuple[str, str]:
+def _union_fast(cc: int, per: int, cap: int, cells: int, n_q: int, sms: int) -> bool:
+    """Whether grouped's union pre-pass has a path outside global memory (the plugin's grouped_union_fast): a group's
+    running union (per x cap x 8 bytes) fits in shared memory, or the launcher's ONE cluster form takes the cache."""
+    if per * cap * 8 + 1024 <= SMEM_OPTIN_KB.get(cc, 0) * 1024:
+        return True
+    nwin = -(-cells // grouped_union_window_cells(per))
+    return (cc in CLUSTER_CCS and sms > 0 and nwin <= GROUPED_UNION_MAX_WINDOWS and per * cap <= 1 << 24
+            and grouped_union_one_cb(per, cap, nwin, -(-n_q // per), sms, SMEM_SM_KB.get(cc, 0) * 1024, False) > 1)
+
+
+def _grouped_or(fmt: str, other: str, cc: int, env: Mapping[str, str], n_q: int, shape, cells: int = 0,
+                cap: int = 0) -> tuple[str, str]:
     """INT8, FP16, K8V4 and Q4_0 prompts on sm_80+: grouped where it was verified and pays, else `other` (v2 / v1)."""
     if env.get("STRATA_PROMPT_ATTN_GROUPED", "")[:1] == "0":
         return other, f"STRATA_PROMPT_ATTN_GROUPED=0: {other}"
@@ -215,10 +221,13 @@ def _grouped_or(fmt: str, other: str, cc: int, env: Mapping[str, str], n_q: int,
     if have < need:
         return other, (f"{fmt} on sm_80+: {other} (grouped needs {need // 1024} KB of shared memory per block, the "
                        f"device allows {have // 1024} KB)")
+    # any grid where the union pre-pass has a fast path; a quarter of the multiprocessors where it runs in global
+    # memory (dispatch.inc.j2 has the measurements)
     blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
-    if sms and group and n_head_kv and blocks * 4 < sms:
+    if (sms and group and n_head_kv and blocks * 4 < sms
+            and not _union_fast(cc, min(64 // group, 32), cap, cells, n_q, sms)):
         return other, (f"{fmt} on sm_80+: {other} (grouped would run {blocks} blocks, fewer than a quarter of the "
-                       f"{sms} multiprocessors)")
+                       f"{sms} multiprocessors, with its union pre-pass in global memory)")
     return "grouped", f"{fmt} on sm_80+ with {have // 1024} KB of shared memory per block: grouped"
 
 

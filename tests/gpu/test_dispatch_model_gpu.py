@@ -32,8 +32,8 @@ if "--long" in sys.argv:  # the decode rule's long caches: a ONE form's windows 
     cases += [("int8", 262144, 32), ("int8", 262144, 48), ("int8", 524288, 64), ("int8", 524288, 72),
               ("fp16", 524288, 44), ("fp16", 524288, 48)]
     # (128, 4), 8 KV heads, where the plugin carries it: 16 queries a group, whose running union outgrows shared
-    # memory at cap 2051, so grouped only where a ONE cluster form takes the union (32 queries; not 2128, 133 groups,
-    # nor 131072 x 272, 17 groups over eight windows)
+    # memory at cap 2051, so grouped only where a ONE cluster form takes the union (up to eight windows, 131072 cells,
+    # in more than one wave where groups are many: 2128 queries, 133 groups; not 262144 cells)
     try:
         ops.plugin_variants(("cuda", 0), (128, 4))
         out["g4"] = True
@@ -41,8 +41,8 @@ if "--long" in sys.argv:  # the decode rule's long caches: a ONE form's windows 
         out["g4"] = False
     g4 = {"head_dim": 128, "group": 4, "n_head_kv": 8}
     if out["g4"]:
-        cases += [("int8", 32768, 16, g4), ("int8", 32768, 32, g4), ("int8", 32768, 2128, g4),
-                  ("int8", 131072, 272, g4)]
+        cases += [("int8", 32768, 16, g4), ("int8", 32768, 2128, g4), ("int8", 131072, 272, g4),
+                  ("int8", 262144, 32, g4)]
 for fmt, ctx, n_q, *geo in cases:
     case = testing.make_case(fmt, ctx, n_q, **(geo[0] if geo else {}))
     shape = [int(case.q.shape[2]), int(case.q.shape[1]) // int(case.kv.n_head_kv), int(case.kv.n_head_kv)]

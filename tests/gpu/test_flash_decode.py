@@ -73,9 +73,10 @@ def test_flash_is_the_decode_default_on_sm80_and_newer(to_cuda, torch_cuda):
 @pytest.mark.parametrize("fmt,n_q,want", [("int8", 64, "grouped"), ("fp16", 64, "grouped"), ("k8v4", 64, "grouped"),
                                           ("q4_0", 64, "flash"), ("q4_0", 96, "grouped")])
 def test_a_decode_call_of_many_queries_runs_grouped_and_matches_fp64(to_cuda, torch_cuda, fmt, n_q, want):
-    # (256, 12), two KV heads, 32768 cells (one union window): 64 queries are 26 grouped blocks (>= 16), 96 are 40
-    # (>= 32, Q4_0's bar), so the decode default is grouped there on a device with the shared memory for it (sm_90,
-    # sm_100+); the result is FP32-level against the FP64 oracle, agrees with flash, and is the same bits every call.
+    # (256, 12), two KV heads, 32768 cells (one union window): 64 queries are 128 (query, KV head) pairs (>= 72),
+    # 96 are 192 (>= 152, Q4_0's bar), so the decode default is grouped there on a device with the shared memory for
+    # it (sm_90, sm_100+); the result is FP32-level against the FP64 oracle, agrees with flash, and is the same bits
+    # every call.
     if torch_cuda.cuda.get_device_capability() < (8, 0):
         pytest.skip("flash and grouped need sm_80+")
     case = testing.make_case(fmt, 32768, n_q)

@@ -183,10 +183,12 @@ def test_grouped_is_deterministic_and_the_h200_default(to_cuda, torch_cuda, fmt,
         w = sk.which(q, kv, ids, width)
         assert w.variant == "grouped", w
         assert "grouped" in w.reason
-        # 64 queries: 13 groups x 2 KV heads = 26 blocks, under a quarter of the 132 multiprocessors: v2 (INT8), v1
+        # 64 queries: 13 groups x 2 KV heads = 26 blocks, under a quarter of the 132 multiprocessors: grouped all the
+        # same, its units in pieces (its union pre-pass fits in shared memory; a quarter is the bar only where that
+        # runs in global memory: 2100 x 64, grouped 46.4 us against v2's 112.9)
         small = [x[:64] for x in (q, ids, width)]
         w = sk.which(small[0], kv, small[1], small[2])
-        assert w.variant == other and "26 blocks" in w.reason, w
+        assert w.variant == "grouped" and other not in w.reason, w
 
 
 def test_grouped_flags_page_entries_out_of_range(to_cuda, monkeypatch):
@@ -340,36 +342,39 @@ def test_grouped_union_search_path_flags_bad_entries(to_cuda, monkeypatch, what)
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
 
 
-@pytest.mark.parametrize("ctx,n_q,n_head_kv,kw,edit", [
-    (32768, 32, 8, {}, None),                # a decode call at (128, 4): two windows of 16384 cells, 2 groups of 16
-    (131072, 16, 2, {}, None),               # eight windows (MANY at CB 8)
-    (2100, 40, 2, {"holes": True, "width0": True}, None),  # one window, holes, empty rows, a partial last group
-    (4096, 20, 2, {}, _unsorted),            # a group that concatenates (rank 0 alone, into global memory)
+@pytest.mark.parametrize("group,ctx,n_q,n_head_kv,kw,edit", [
+    (4, 32768, 32, 8, {}, None),             # a decode call at (128, 4): two windows of 16384 cells, 2 groups of 16
+    (4, 131072, 16, 2, {}, None),            # eight windows (MANY at CB 8)
+    (4, 2100, 40, 2, {"holes": True, "width0": True}, None),  # one window, holes, empty rows, a partial last group
+    (4, 4096, 20, 2, {}, _unsorted),         # a group that concatenates (rank 0 alone, into global memory)
+    (4, 2100, 1500, 2, {}, None),            # 94 groups: clusters of 2 in more than one wave of one a multiprocessor
+    (2, 32768, 64, 8, {}, None),             # (128, 2): 32 queries a group, four windows of 8192 cells (CB 4)
 ])
-def test_grouped_union_one_form_where_the_union_outgrows_shared_memory(to_cuda, torch_cuda, monkeypatch, ctx, n_q,
-                                                                        n_head_kv, kw, edit):
-    # At (128, 4) a group has 16 queries, so its running union (16 x cap x 8 bytes: 262 KB at cap 2051) does not fit in
-    # shared memory and one block a group takes the global-memory path. The cluster forms that read the rows once
-    # (ONE, MANY) need no such buffer, so the launcher takes them there too: their entries, and so every output's bits,
-    # are those of the global path (STRATA_GROUPED_UNION_CLUSTER=1: one block a group).
+def test_grouped_union_one_form_where_the_union_outgrows_shared_memory(to_cuda, torch_cuda, monkeypatch, group, ctx,
+                                                                        n_q, n_head_kv, kw, edit):
+    # At G 1-4 a group has 16-32 queries, so its running union (NQ x cap x 8 bytes: 262 KB at G 4, cap 2051) does not
+    # fit in shared memory and one block a group takes the global-memory path. The cluster forms that read the rows
+    # once (ONE, MANY) need no such buffer, so the launcher takes them there too: their entries, and so every output's
+    # bits, are those of the global path (STRATA_GROUPED_UNION_CLUSTER=1: one block a group).
     if torch_cuda.cuda.get_device_capability() != (9, 0):
         pytest.skip("the union's clusters are built for sm_90 only")
     try:
-        sk.ops.plugin_variants(("cuda", 0), (128, 4))
+        sk.ops.plugin_variants(("cuda", 0), (128, group))
     except ValueError as e:
-        pytest.skip(f"the plugin does not carry (128, 4): {e}")
-    case = testing.make_case("int8", ctx, n_q, head_dim=128, group=4, n_head_kv=n_head_kv, **kw)
+        pytest.skip(f"the plugin does not carry (128, {group}): {e}")
+    case = testing.make_case("int8", ctx, n_q, head_dim=128, group=group, n_head_kv=n_head_kv, **kw)
     if edit:
         case = edit(case)
-    assert 16 * case.ids.shape[1] * 8 > 227 * 1024, "the running union must outgrow shared memory here"
+    assert min(64 // group, 32) * case.ids.shape[1] * 8 > 227 * 1024, "the running union must outgrow shared memory"
     q, kv, ids, width = to_cuda(case)
     f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
     outs = {}
-    for cb in ("1", "8", ""):  # 8: the cluster form forced (a launch that fails is the call's error); "": the rule
+    big = "4" if group <= 2 else "8"  # the largest cluster this geometry's windows split into
+    for cb in ("1", big, ""):  # big: the cluster form forced (a launch that fails is the call's error); "": the rule
         monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", cb)
         outs[cb] = (sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped"),
                     sk.qsa_decode_attn(q, kv, ids, width, variant="grouped"))
-    for cb in ("8", ""):
+    for cb in (big, ""):
         for i, op in enumerate(("prompt", "decode")):
             assert torch_cuda.equal(outs[cb][i], outs["1"][i]), f"{op}, clusters {cb!r}: bits differ from one block's"
-    _check(case, outs["8"][1].cpu().numpy(), f)
+    _check(case, outs[big][1].cpu().numpy(), f, queries=np.arange(0, n_q, max(1, n_q // 24)))

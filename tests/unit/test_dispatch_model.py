@@ -112,22 +112,33 @@ def test_wish_not_in_plugin_falls_back_and_says_so():
     assert dm.choose("cuda", "sm_86", "prompt", "int8", variants("sm_80"), env={})[0] == "v2"
 
 
-def test_grouped_needs_a_grid_that_fills_a_quarter_of_the_device():
+def test_grouped_prompt_takes_any_grid_where_its_union_has_a_fast_path():
     # (head_dim, G, n_head_kv, multiprocessors): G 12 puts 5 queries in a block, G 4 sixteen.
     h200 = variants("sm_90")
     assert dm.grouped_blocks(2048, 12, 2) == 820 and dm.grouped_blocks(256, 4, 2) == 32
-    assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=2048, shape=(256, 12, 2, 132))[0] == "grouped"
-    name, why = dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=256, shape=(128, 4, 2, 132))
-    assert name == "v2" and "32 blocks" in why and "132 multiprocessors" in why
-    assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=256, shape=(128, 8, 2, 132))[0] == "grouped"
-    assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=256, shape=(128, 4, 8, 132))[0] == "grouped"
+    def pick(n_q, shape, arch="sm_90", cap=2051, cells=2100):
+        return dm.choose("cuda", arch, "prompt", "int8", variants(arch), env={}, n_q=n_q, shape=shape, cells=cells,
+                         cap=cap)
+    assert pick(2048, (256, 12, 2, 132), cells=32768)[0] == "grouped"
+    # few blocks: grouped's pieces (H200: 2100 x 8 at (256, 12), 4 blocks, 34 us against v2's 124)
+    assert pick(8, (256, 12, 2, 132))[0] == "grouped" and pick(16, (128, 4, 2, 132))[0] == "grouped"
+    # (128, 4) at cap 2051: the running union outgrows shared memory; on sm_90 the cluster form takes it, elsewhere
+    # it runs in global memory and a grid of a quarter of the multiprocessors is asked for
+    assert pick(256, (128, 4, 2, 132))[0] == "grouped"
+    name, why = pick(256, (128, 4, 2, 132), arch="sm_100")
+    assert name == "v2" and "32 blocks" in why and "132 multiprocessors" in why and "global memory" in why
+    assert pick(264, (128, 4, 2, 132), arch="sm_100")[0] == "grouped"        # 34 blocks
+    assert pick(256, (128, 4, 2, 132), arch="sm_100", cap=1024)[0] == "grouped"  # 16 x 1024 x 8 bytes fit
+    assert pick(256, (128, 4, 2, 132), cells=1 << 20)[0] == "v2"             # 64 windows: no cluster form
+    assert pick(256, (128, 8, 2, 132))[0] == "grouped" and pick(256, (128, 4, 8, 132))[0] == "grouped"
     # head_dim 64: grouped runs only when forced
     assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=2048, shape=(64, 8, 2, 132))[0] == "v2"
     # without a call's shape (explain): the answer for a full grid
     assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=1)[0] == "grouped"
     # FP16 follows the same rule, with v1 where grouped does not pay
     assert dm.choose("cuda", "sm_90", "prompt", "fp16", h200, env={}, n_q=2048, shape=(256, 12, 2, 132))[0] == "grouped"
-    name, why = dm.choose("cuda", "sm_90", "prompt", "fp16", h200, env={}, n_q=256, shape=(128, 4, 2, 132))
+    name, why = dm.choose("cuda", "sm_100", "prompt", "fp16", variants("sm_100"), env={}, n_q=256,
+                          shape=(128, 4, 2, 132), cells=2100, cap=2051)
     assert name == "v1" and why.startswith("FP16 on sm_80+: v1") and "32 blocks" in why
     assert dm.choose("cuda", "sm_90", "prompt", "fp16", h200, env={}, n_q=2048, shape=(64, 8, 2, 132))[0] == "v1"
     assert dm.choose("cuda", "sm_80", "prompt", "fp16", variants("sm_80"), env={})[0] == "v1"  # 163 KB
@@ -223,20 +234,21 @@ def test_decode_runs_grouped_from_72_query_kv_head_pairs(fmt):
 
 def test_decode_takes_flash_where_the_union_would_run_in_global_memory():
     # At G 1-4 a group has 16-32 queries, so at cap 2051 its running union (16 x 2051 x 8 bytes at G 4) outgrows
-    # shared memory: the union pre-pass then has a fast path only in the ONE cluster form (sm_90), and the global-memory
-    # path otherwise made grouped 2-5x slower than flash (H200, (128, 4), 8 KV heads)
+    # shared memory: the union pre-pass then has a fast path only in the ONE cluster form (sm_90, caches of at most
+    # grouped_union_cb_max windows, in several waves if need be), and the global-memory path otherwise made grouped
+    # 2-5x slower than flash (H200, (128, 4), 8 KV heads)
     def at(n_q, cells, cap=2051, arch="sm_90", shape=(128, 4, 8, 132)):
         return dm.choose("cuda", arch, "decode", "int8", variants(arch), env={}, n_q=n_q, shape=shape, cells=cells,
                          cap=cap)
-    assert [at(n, 32768)[0] for n in (8, 9, 32, 2112, 2128)] == ["flash", "grouped", "grouped", "grouped", "flash"]
-    # 133 groups: two windows at CB 2 take 266 blocks, more than two a multiprocessor
-    assert "global memory" in at(2128, 32768)[1] and "cap 2051" in at(2128, 32768)[1]
-    # eight windows: MANY at CB 8, one block a multiprocessor, so at most 16 groups
-    assert [at(n, 131072)[0] for n in (256, 272)] == ["grouped", "flash"]
-    assert at(64, 1 << 20)[0] == "flash"                                   # 64 windows: no ONE form
+    assert [at(n, 32768)[0] for n in (8, 9, 32, 2128)] == ["flash", "grouped", "grouped", "grouped"]
+    assert [at(n, 131072)[0] for n in (256, 272)] == ["grouped", "grouped"]   # eight windows: MANY at CB 8
+    assert [at(64, c)[0] for c in (131072, 131076)] == ["grouped", "flash"]   # nine windows: no ONE form
+    assert "global memory" in at(64, 1 << 20)[1] and "cap 2051" in at(64, 1 << 20)[1]
     assert at(64, 32768, arch="sm_100")[0] == "flash"                      # no clusters there
     assert at(64, 32768, cap=1024, arch="sm_100")[0] == "grouped"          # 16 x 1024 x 8 bytes fit
     assert at(64, 1 << 20, cap=1024)[0] == "grouped"
-    assert at(2128, 32768, cap=0)[0] == "grouped"                          # cap unknown: assumed to fit
+    assert at(64, 1 << 20, cap=0)[0] == "grouped"                          # cap unknown: assumed to fit
+    # G 2: 32 queries a group, windows of 8192 cells, clusters of at most 4: up to 32768 cells
+    assert [at(64, c, shape=(128, 2, 8, 132))[0] for c in (32768, 32772)] == ["grouped", "flash"]
     # (256, 12): 5 queries a group, the union fits at any cap the spec's caches take
     assert [at(n, 1 << 20, shape=(256, 12, 2, 132))[0] for n in (64, 128)] == ["flash", "grouped"]

@@ -173,9 +173,10 @@ int main() {
             for (long long nwin = 1; nwin <= 12; ++nwin)
                 for (long long groups : {1, 2, 13, 16, 17, 33, 66, 67, 128, 132, 133})
                     for (long long per_sm : {102400, 233472})
-                        std::printf("%%lld %%lld %%lld %%lld %%lld %%d %%lld\n", nq, cap, nwin, groups, per_sm,
-                                    grouped_union_one_cb(nq, cap, nwin, groups, 132, per_sm),
-                                    grouped_union_one_smem(nq, cap, nwin, 2));
+                        for (int fits : {0, 1})
+                            std::printf("%%lld %%lld %%lld %%lld %%lld %%d %%d %%lld\n", nq, cap, nwin, groups,
+                                        per_sm, fits, grouped_union_one_cb(nq, cap, nwin, groups, 132, per_sm, fits),
+                                        grouped_union_one_smem(nq, cap, nwin, 2));
 }
 """
 
@@ -189,17 +190,23 @@ def test_the_union_cluster_rule_is_one_definition(tmp_path):
         pytest.skip("needs a host C++ compiler")
     tdir = ROOT / "templates" / "cuda"
     inc = re.sub(r"\{#.*?#\}", "", (tdir / "grouped_union.inc.j2").read_text(), flags=re.S)
-    assert "grouped_union_one_cb(NQ, p->cap, nwin, groups, sms, per_sm)" in (tdir / "grouped.cu.j2").read_text()
-    assert "grouped_union_one_cb(per, a->cap, nwin, groups, f.sms, f.smem_sm)" in (tdir / "dispatch.inc.j2").read_text()
+    assert "grouped_union_one_cb(NQ, p->cap, nwin, groups, sms, per_sm, smem_union)" in \
+        (tdir / "grouped.cu.j2").read_text()
+    assert "grouped_union_one_cb(per, a->cap, nwin, (a->n_q + per - 1) / per, f.sms, f.smem_sm, false)" in \
+        (tdir / "dispatch.inc.j2").read_text()
     src = tmp_path / "probe.cpp"
     src.write_text(_ONE_CB_PROBE % inc)
     exe = tmp_path / "probe"
     subprocess.run([cxx, "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True, capture_output=True)
     lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
     rows = [list(map(int, line.split())) for line in lines if line]
-    assert len(rows) == 7 * 4 * 12 * 11 * 2
-    for nq, cap, nwin, groups, per_sm, cb, smem2 in rows:
-        assert dispatch_model.grouped_union_one_cb(nq, cap, nwin, groups, 132, per_sm) == cb, (nq, cap, nwin, groups)
+    assert len(rows) == 7 * 4 * 12 * 11 * 2 * 2
+    for nq, cap, nwin, groups, per_sm, fits, cb, smem2 in rows:
+        assert dispatch_model.grouped_union_one_cb(nq, cap, nwin, groups, 132, per_sm, bool(fits)) == cb, \
+            (nq, cap, nwin, groups, fits)
         assert dispatch_model.grouped_union_one_smem(nq, cap, nwin, 2) == smem2
-    assert {r[5] for r in rows} == {1, 2, 4, 8}  # the grid reaches every answer
+    for fits in (0, 1):  # the grid reaches every answer
+        assert {r[6] for r in rows if r[5] == fits} == {1, 2, 4, 8}
+    # where the union does not fit, any cache of at most grouped_union_cb_max windows gets a cluster
+    assert all(r[6] > 1 for r in rows if r[5] == 0 and r[2] <= dispatch_model.grouped_union_cb_max(r[0]))
 
