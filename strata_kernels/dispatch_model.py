@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from .targets import VARIANT_RULES
+from .targets import VARIANT_RULES, grouped_queries
 
 FORMATS = ("fp16", "int8", "q4_0", "k8v4")          # the ABI's format codes 0..3
 _FMT_NAME = {"fp16": "FP16", "int8": "INT8", "q4_0": "Q4_0", "k8v4": "K8V4"}
@@ -44,6 +44,8 @@ def grouped_smem_bytes(head_dim: int = 256) -> int:
 GROUPED_UNION_WORDS = 8192
 GROUPED_UNION_MAX_WINDOWS = 12
 GROUPED_UNION_THREADS = 512
+# the ONE form's 32-bit positions: it takes groups of at most this many row positions (nq x cap)
+GROUPED_UNION_ONE_MAX_ENTRIES = 1 << 24
 
 
 def grouped_union_window_cells(nq: int) -> int:
@@ -106,8 +108,7 @@ DECODE_LONG_PAIRS_Q4 = 472
 
 def grouped_blocks(n_q: int, group: int, n_head_kv: int) -> int:
     """Blocks of the grouped kernel's grid: one per (group of NQ = min(64 / G, 32) queries, KV head)."""
-    per = min(64 // max(group, 1), 32)
-    return -(-n_q // per) * n_head_kv
+    return -(-n_q // grouped_queries(max(group, 1))) * n_head_kv
 
 
 def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
@@ -127,7 +128,7 @@ def _cuda_wish(op: str, fmt: str, cc: int, env: Mapping[str, str], n_q: int,
             off = env.get("STRATA_DECODE_GROUPED", "")[:1] == "0"
             if shape and not off and has_grouped:
                 head_dim, group, n_head_kv, sms = shape
-                per = min(64 // max(group, 1), 32)
+                per = grouped_queries(max(group, 1))
                 blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
                 uwc = grouped_union_window_cells(per)
                 windows = min(max(-(-cells // uwc), 1), GROUPED_UNION_MAX_WINDOWS)
@@ -204,7 +205,8 @@ def _union_fast(cc: int, per: int, cap: int, cells: int, n_q: int, sms: int) -> 
     if per * cap * 8 + 1024 <= SMEM_OPTIN_KB.get(cc, 0) * 1024:
         return True
     nwin = -(-cells // grouped_union_window_cells(per))
-    return (cc in CLUSTER_CCS and sms > 0 and nwin <= GROUPED_UNION_MAX_WINDOWS and per * cap <= 1 << 24
+    return (cc in CLUSTER_CCS and sms > 0 and nwin <= GROUPED_UNION_MAX_WINDOWS
+            and per * cap <= GROUPED_UNION_ONE_MAX_ENTRIES
             and grouped_union_one_cb(per, cap, nwin, -(-n_q // per), sms, SMEM_SM_KB.get(cc, 0) * 1024, False) > 1)
 
 
@@ -225,7 +227,7 @@ def _grouped_or(fmt: str, other: str, cc: int, env: Mapping[str, str], n_q: int,
     # memory (dispatch.inc.j2 has the measurements)
     blocks = grouped_blocks(n_q, group, n_head_kv) if group and n_head_kv else 0
     if (sms and group and n_head_kv and blocks * 4 < sms
-            and not _union_fast(cc, min(64 // group, 32), cap, cells, n_q, sms)):
+            and not _union_fast(cc, grouped_queries(group), cap, cells, n_q, sms)):
         return other, (f"{fmt} on sm_80+: {other} (grouped would run {blocks} blocks, fewer than a quarter of the "
                        f"{sms} multiprocessors, with its union pre-pass in global memory)")
     return "grouped", f"{fmt} on sm_80+ with {have // 1024} KB of shared memory per block: grouped"

@@ -136,6 +136,8 @@ def test_grouped_union_window_is_one_definition():
     # the ONE form's largest cluster (the decode rule's windows): a rank's words spread over 512 threads in whole
     # 4-cell pages, so 8 blocks except at 32 queries a group (one cell a word: 2 words a thread are half a page)
     assert int(re.search(r"GROUPED_UNION_THREADS = (\d+);", inc).group(1)) == dispatch_model.GROUPED_UNION_THREADS
+    assert 1 << int(re.search(r"GROUPED_UNION_ONE_MAX_ENTRIES = 1LL << (\d+);", inc).group(1)) == \
+        dispatch_model.GROUPED_UNION_ONE_MAX_ENTRIES
     assert "constexpr int union_cb_max() { return grouped_union_cb_max(NQ); }" in (tdir / "grouped.cu.j2").read_text()
     assert [dispatch_model.grouped_union_cb_max(nq) for nq in (1, 2, 5, 8, 12, 16, 32)] == [8] * 6 + [4]
 
