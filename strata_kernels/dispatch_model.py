@@ -46,6 +46,9 @@ GROUPED_UNION_MAX_WINDOWS = 12
 GROUPED_UNION_THREADS = 512
 # the ONE form's 32-bit positions: it takes groups of at most this many row positions (nq x cap)
 GROUPED_UNION_ONE_MAX_ENTRIES = 1 << 24
+# past grouped_union_cb_max windows, where the running union does not fit, the ONE form takes batches of that many
+# windows, up to this many batches
+GROUPED_UNION_MAX_BATCHES = 64
 
 
 def grouped_union_window_cells(nq: int) -> int:
@@ -64,16 +67,27 @@ def grouped_union_cb_max(nq: int) -> int:
 
 def grouped_union_one_smem(nq: int, cap: int, nwin: int, cb: int) -> int:
     """Shared memory of the pre-pass's ONE form at cluster size ``cb`` over ``nwin`` windows: every window's part of
-    the bits, then the staging of a part's entries."""
-    return nwin * (GROUPED_UNION_WORDS // cb) * 4 + min(nq * cap, grouped_union_window_cells(nq) // cb) * 8
+    the bits (a batch's: at most ``cb`` windows), then the staging of a part's entries."""
+    return min(nwin, cb) * (GROUPED_UNION_WORDS // cb) * 4 + min(nq * cap, grouped_union_window_cells(nq) // cb) * 8
 
 
 def grouped_union_one_cb(nq: int, cap: int, nwin: int, groups: int, sms: int, per_sm: int, fits: bool) -> int:
     """The launcher's cluster for the ONE form (1: none): the largest CB of at least ``nwin`` windows whose clusters
     fit the blocks the multiprocessors hold (two a multiprocessor over several windows where its registers, MANY at
     CB 8 takes one, and its shared memory allow); where the running union does not fit in shared memory (``fits``
-    false), the smallest CB of at least ``nwin`` otherwise (several waves). As cuda/grouped_union.inc.j2."""
+    false), the smallest CB of at least ``nwin`` otherwise (several waves); past grouped_union_cb_max windows CB
+    windows a batch (at most GROUPED_UNION_MAX_BATCHES batches), the largest CB whose clusters fit the blocks the
+    multiprocessors hold, else the smallest within the batches. As cuda/grouped_union.inc.j2."""
     c, least = grouped_union_cb_max(nq), 1
+    if not fits and c > 1 and nwin > c:  # batches of CB windows
+        while c > 1 and -(-nwin // c) <= GROUPED_UNION_MAX_BATCHES:
+            two = c != 8 and 2 * (grouped_union_one_smem(nq, cap, nwin, c) + 3328
+                                  + 4 * nq * GROUPED_UNION_MAX_BATCHES) <= per_sm
+            if groups * c <= sms * (2 if two else 1):
+                return c
+            least = c
+            c //= 2
+        return least
     while c > 1 and c >= nwin:
         two = nwin > 1 and c != 8 and 2 * (grouped_union_one_smem(nq, cap, nwin, c) + 3328) <= per_sm
         if groups * c <= sms * (2 if two else 1):
@@ -205,8 +219,7 @@ def _union_fast(cc: int, per: int, cap: int, cells: int, n_q: int, sms: int) -> 
     if per * cap * 8 + 1024 <= SMEM_OPTIN_KB.get(cc, 0) * 1024:
         return True
     nwin = -(-cells // grouped_union_window_cells(per))
-    return (cc in CLUSTER_CCS and sms > 0 and nwin <= GROUPED_UNION_MAX_WINDOWS
-            and per * cap <= GROUPED_UNION_ONE_MAX_ENTRIES
+    return (cc in CLUSTER_CCS and sms > 0 and per * cap <= GROUPED_UNION_ONE_MAX_ENTRIES
             and grouped_union_one_cb(per, cap, nwin, -(-n_q // per), sms, SMEM_SM_KB.get(cc, 0) * 1024, False) > 1)
 
 

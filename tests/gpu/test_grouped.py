@@ -342,6 +342,26 @@ def test_grouped_union_search_path_flags_bad_entries(to_cuda, monkeypatch, what)
         sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
 
 
+@pytest.mark.parametrize("what", ["ids", "page_table"])
+def test_grouped_union_batches_flag_bad_entries(to_cuda, torch_cuda, monkeypatch, what):
+    # the union's batched form (a (128, 4) group over 16 windows: two batches) flags an id or a page entry out of
+    # range in the last batch at its (query, position), as the other paths do
+    if torch_cuda.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the union's clusters are built for sm_90 only")
+    try:
+        sk.ops.plugin_variants(("cuda", 0), (128, 4))
+    except ValueError as e:
+        pytest.skip(f"the plugin does not carry (128, 4): {e}")
+    monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
+    case = testing.make_case("int8", 262144, 16, head_dim=128, group=4)
+    at = (6, int(case.width[6]) - 1)  # the row's last id (so that the row stays ascending): the newest cells
+    assert case.ids[at] >= 131072, "the bad entry must lie in the second batch"
+    match = testing.corrupt(case, what, *at)
+    q, kv, ids, width = to_cuda(case)
+    with pytest.raises(ValueError, match=match):
+        sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+
+
 @pytest.mark.parametrize("group,ctx,n_q,n_head_kv,kw,edit", [
     (4, 32768, 32, 8, {}, None),             # a decode call at (128, 4): two windows of 16384 cells, 2 groups of 16
     (4, 131072, 16, 2, {}, None),            # eight windows (MANY at CB 8)
@@ -349,13 +369,19 @@ def test_grouped_union_search_path_flags_bad_entries(to_cuda, monkeypatch, what)
     (4, 4096, 20, 2, {}, _unsorted),         # a group that concatenates (rank 0 alone, into global memory)
     (4, 2100, 1500, 2, {}, None),            # 94 groups: clusters of 2 in more than one wave of one a multiprocessor
     (2, 32768, 64, 8, {}, None),             # (128, 2): 32 queries a group, four windows of 8192 cells (CB 4)
+    (4, 262144, 16, 2, {}, None),            # 16 windows: MANY in two batches of 8
+    (2, 65536, 40, 2, {"holes": True, "width0": True}, None),  # 8 windows at CB 4: two batches; a partial group
+    (2, 524288, 32, 2, {}, None),            # 64 windows at CB 4: 16 batches
+    (4, 262144, 20, 2, {}, _unsorted),       # batches, but a group that concatenates
+    (4, 262144, 2048, 2, {}, None),          # 128 groups: the rule's clusters of 2 (eight batches) fit one wave
 ])
 def test_grouped_union_one_form_where_the_union_outgrows_shared_memory(to_cuda, torch_cuda, monkeypatch, group, ctx,
                                                                         n_q, n_head_kv, kw, edit):
     # At G 1-4 a group has 16-32 queries, so its running union (NQ x cap x 8 bytes: 262 KB at G 4, cap 2051) does not
     # fit in shared memory and one block a group takes the global-memory path. The cluster forms that read the rows
-    # once (ONE, MANY) need no such buffer, so the launcher takes them there too: their entries, and so every output's
-    # bits, are those of the global path (STRATA_GROUPED_UNION_CLUSTER=1: one block a group).
+    # once (ONE, MANY; past the cluster's windows MANY in batches) need no such buffer, so the launcher takes them
+    # there too: their entries, and so every output's bits, are those of the global path
+    # (STRATA_GROUPED_UNION_CLUSTER=1: one block a group).
     if torch_cuda.cuda.get_device_capability() != (9, 0):
         pytest.skip("the union's clusters are built for sm_90 only")
     try:

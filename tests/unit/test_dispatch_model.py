@@ -129,7 +129,8 @@ def test_grouped_prompt_takes_any_grid_where_its_union_has_a_fast_path():
     assert name == "v2" and "32 blocks" in why and "132 multiprocessors" in why and "global memory" in why
     assert pick(264, (128, 4, 2, 132), arch="sm_100")[0] == "grouped"        # 34 blocks
     assert pick(256, (128, 4, 2, 132), arch="sm_100", cap=1024)[0] == "grouped"  # 16 x 1024 x 8 bytes fit
-    assert pick(256, (128, 4, 2, 132), cells=1 << 20)[0] == "v2"             # 64 windows: no cluster form
+    assert pick(256, (128, 4, 2, 132), cells=1 << 20)[0] == "grouped"        # 64 windows: the cluster form's batches
+    assert pick(256, (128, 4, 2, 132), cells=1 << 24)[0] == "v2"             # 1024: 128 batches, past its 64
     assert pick(256, (128, 8, 2, 132))[0] == "grouped" and pick(256, (128, 4, 8, 132))[0] == "grouped"
     # head_dim 64: grouped runs only when forced
     assert dm.choose("cuda", "sm_90", "prompt", "int8", h200, env={}, n_q=2048, shape=(64, 8, 2, 132))[0] == "v2"
@@ -235,20 +236,21 @@ def test_decode_runs_grouped_from_72_query_kv_head_pairs(fmt):
 def test_decode_takes_flash_where_the_union_would_run_in_global_memory():
     # At G 1-4 a group has 16-32 queries, so at cap 2051 its running union (16 x 2051 x 8 bytes at G 4) outgrows
     # shared memory: the union pre-pass then has a fast path only in the ONE cluster form (sm_90, caches of at most
-    # grouped_union_cb_max windows, in several waves if need be), and the global-memory path otherwise made grouped
-    # 2-5x slower than flash (H200, (128, 4), 8 KV heads)
+    # grouped_union_cb_max windows, in several waves if need be, and longer ones in batches of windows, up to 64
+    # batches), and the global-memory path otherwise made grouped 2-5x slower than flash (H200, (128, 4), 8 KV heads)
     def at(n_q, cells, cap=2051, arch="sm_90", shape=(128, 4, 8, 132)):
         return dm.choose("cuda", arch, "decode", "int8", variants(arch), env={}, n_q=n_q, shape=shape, cells=cells,
                          cap=cap)
     assert [at(n, 32768)[0] for n in (8, 9, 32, 2128)] == ["flash", "grouped", "grouped", "grouped"]
     assert [at(n, 131072)[0] for n in (256, 272)] == ["grouped", "grouped"]   # eight windows: MANY at CB 8
-    assert [at(64, c)[0] for c in (131072, 131076)] == ["grouped", "flash"]   # nine windows: no ONE form
-    assert "global memory" in at(64, 1 << 20)[1] and "cap 2051" in at(64, 1 << 20)[1]
+    assert [at(64, c)[0] for c in (131072, 131076, 1 << 20)] == ["grouped"] * 3  # 9 / 64 windows: MANY in batches
+    assert "global memory" in at(64, 1 << 24)[1] and "cap 2051" in at(64, 1 << 24)[1]  # 128 batches
     assert at(64, 32768, arch="sm_100")[0] == "flash"                      # no clusters there
     assert at(64, 32768, cap=1024, arch="sm_100")[0] == "grouped"          # 16 x 1024 x 8 bytes fit
     assert at(64, 1 << 20, cap=1024)[0] == "grouped"
     assert at(64, 1 << 20, cap=0)[0] == "grouped"                          # cap unknown: assumed to fit
-    # G 2: 32 queries a group, windows of 8192 cells, clusters of at most 4: up to 32768 cells
-    assert [at(64, c, shape=(128, 2, 8, 132))[0] for c in (32768, 32772)] == ["grouped", "flash"]
+    # G 2: 32 queries a group, windows of 8192 cells, clusters of at most 4: 64 batches of four windows
+    assert [at(64, c, shape=(128, 2, 8, 132))[0] for c in (32768, 32772, 1 << 21, (1 << 21) + 4)] == \
+        ["grouped", "grouped", "grouped", "flash"]
     # (256, 12): 5 queries a group, the union fits at any cap the spec's caches take
     assert [at(n, 1 << 20, shape=(256, 12, 2, 132))[0] for n in (64, 128)] == ["flash", "grouped"]

@@ -172,7 +172,7 @@ _ONE_CB_PROBE = r"""
 int main() {
     for (long long nq : {1, 2, 5, 8, 12, 16, 32})
         for (long long cap : {64, 1024, 2051, 8192})
-            for (long long nwin = 1; nwin <= 12; ++nwin)
+            for (long long nwin : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 33, 128, 256, 257, 512, 513})
                 for (long long groups : {1, 2, 13, 16, 17, 33, 66, 67, 128, 132, 133})
                     for (long long per_sm : {102400, 233472})
                         for (int fits : {0, 1})
@@ -202,13 +202,27 @@ def test_the_union_cluster_rule_is_one_definition(tmp_path):
     subprocess.run([cxx, "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True, capture_output=True)
     lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
     rows = [list(map(int, line.split())) for line in lines if line]
-    assert len(rows) == 7 * 4 * 12 * 11 * 2 * 2
+    assert len(rows) == 7 * 4 * 19 * 11 * 2 * 2
     for nq, cap, nwin, groups, per_sm, fits, cb, smem2 in rows:
         assert dispatch_model.grouped_union_one_cb(nq, cap, nwin, groups, 132, per_sm, bool(fits)) == cb, \
             (nq, cap, nwin, groups, fits)
         assert dispatch_model.grouped_union_one_smem(nq, cap, nwin, 2) == smem2
     for fits in (0, 1):  # the grid reaches every answer
         assert {r[6] for r in rows if r[5] == fits} == {1, 2, 4, 8}
-    # where the union does not fit, any cache of at most grouped_union_cb_max windows gets a cluster
+    # where the union does not fit, any cache of at most grouped_union_cb_max windows gets a cluster, and longer ones
+    # that largest cluster in batches, up to GROUPED_UNION_MAX_BATCHES of them
     assert all(r[6] > 1 for r in rows if r[5] == 0 and r[2] <= dispatch_model.grouped_union_cb_max(r[0]))
+    mb = int(re.search(r"GROUPED_UNION_MAX_BATCHES = (\d+);", inc).group(1))
+    assert mb == dispatch_model.GROUPED_UNION_MAX_BATCHES
+    for nq, cap, nwin, groups, per_sm, fits, cb, smem2 in rows:
+        cbm = dispatch_model.grouped_union_cb_max(nq)
+        if nwin > cbm:  # batches of cb windows, within mb of them, where the union does not fit
+            assert (cb > 1) == (not fits and -(-nwin // cbm) <= mb), (nq, nwin, fits, cb)
+            assert cb == 1 or -(-nwin // cb) <= mb
+    assert {r[2] for r in rows if r[6] > 1 and r[2] > 8} == {9, 10, 11, 12, 16, 33, 128, 256, 257, 512}
+    # many groups take smaller clusters (more batches) so that they fit the multiprocessors: (128, 4)'s 128 groups of
+    # a 2048-query prompt over 32 windows in clusters of 2, a decode call's 4 groups in clusters of 8
+    assert dispatch_model.grouped_union_one_cb(16, 2051, 32, 128, 132, 233472, False) == 2
+    assert dispatch_model.grouped_union_one_cb(16, 2051, 32, 4, 132, 233472, False) == 8
+    assert dispatch_model.grouped_union_one_cb(32, 2051, 64, 64, 132, 233472, False) == 4
 
