@@ -75,21 +75,15 @@ def grouped_union_one_cb(nq: int, cap: int, nwin: int, groups: int, sms: int, pe
     """The launcher's cluster for the ONE form (1: none): the largest CB of at least ``nwin`` windows whose clusters
     fit the blocks the multiprocessors hold (two a multiprocessor over several windows where its registers, MANY at
     CB 8 takes one, and its shared memory allow); where the running union does not fit in shared memory (``fits``
-    false), the smallest CB of at least ``nwin`` otherwise (several waves); past grouped_union_cb_max windows CB
-    windows a batch (at most GROUPED_UNION_MAX_BATCHES batches), the largest CB whose clusters fit the blocks the
-    multiprocessors hold, else the smallest within the batches. As cuda/grouped_union.inc.j2."""
+    false), CB below ``nwin`` too, CB windows a batch (at most GROUPED_UNION_MAX_BATCHES batches), and where none
+    fits the multiprocessors the smallest (several waves). As cuda/grouped_union.inc.j2."""
     c, least = grouped_union_cb_max(nq), 1
-    if not fits and c > 1 and nwin > c:  # batches of CB windows
-        while c > 1 and -(-nwin // c) <= GROUPED_UNION_MAX_BATCHES:
-            two = c != 8 and 2 * (grouped_union_one_smem(nq, cap, nwin, c) + 3328
-                                  + 4 * nq * GROUPED_UNION_MAX_BATCHES) <= per_sm
-            if groups * c <= sms * (2 if two else 1):
-                return c
-            least = c
-            c //= 2
-        return least
-    while c > 1 and c >= nwin:
-        two = nwin > 1 and c != 8 and 2 * (grouped_union_one_smem(nq, cap, nwin, c) + 3328) <= per_sm
+    while c > 1:
+        bat = nwin > c  # batches of c windows
+        if bat and (fits or -(-nwin // c) > GROUPED_UNION_MAX_BATCHES):
+            break
+        two = ((bat or nwin > 1) and c != 8 and 2 * (grouped_union_one_smem(nq, cap, nwin, c) + 3328
+                                                   + (4 * nq * GROUPED_UNION_MAX_BATCHES if bat else 0)) <= per_sm)
         if groups * c <= sms * (2 if two else 1):
             return c
         least = c

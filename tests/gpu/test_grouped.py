@@ -374,6 +374,7 @@ def test_grouped_union_batches_flag_bad_entries(to_cuda, torch_cuda, monkeypatch
     (2, 524288, 32, 2, {}, None),            # 64 windows at CB 4: 16 batches
     (4, 262144, 20, 2, {}, _unsorted),       # batches, but a group that concatenates
     (4, 262144, 2048, 2, {}, None),          # 128 groups: the rule's clusters of 2 (eight batches) fit one wave
+    (4, 131072, 2048, 2, {}, None),          # MANY would cover it at CB 8 in eight waves: CB 2, four batches
 ])
 def test_grouped_union_one_form_where_the_union_outgrows_shared_memory(to_cuda, torch_cuda, monkeypatch, group, ctx,
                                                                         n_q, n_head_kv, kw, edit):

@@ -225,4 +225,7 @@ def test_the_union_cluster_rule_is_one_definition(tmp_path):
     assert dispatch_model.grouped_union_one_cb(16, 2051, 32, 128, 132, 233472, False) == 2
     assert dispatch_model.grouped_union_one_cb(16, 2051, 32, 4, 132, 233472, False) == 8
     assert dispatch_model.grouped_union_one_cb(32, 2051, 64, 64, 132, 233472, False) == 4
+    # and a cache that MANY covers at CB 8, but in eight waves of 128 groups, takes CB 2 in four batches
+    assert dispatch_model.grouped_union_one_cb(16, 2051, 8, 128, 132, 233472, False) == 2
+    assert dispatch_model.grouped_union_one_cb(16, 2051, 8, 4, 132, 233472, False) == 8
 
