@@ -214,10 +214,11 @@ def test_the_union_cluster_rule_is_one_definition(tmp_path):
     assert all(r[6] > 1 for r in rows if r[5] == 0 and r[2] <= dispatch_model.grouped_union_cb_max(r[0]))
     mb = int(re.search(r"GROUPED_UNION_MAX_BATCHES = (\d+);", inc).group(1))
     assert mb == dispatch_model.GROUPED_UNION_MAX_BATCHES
+    assert "constexpr bool grouped_union_batched(long long nq) { return nq >= 16; }" in inc
     for nq, cap, nwin, groups, per_sm, fits, cb, smem2 in rows:
         cbm = dispatch_model.grouped_union_cb_max(nq)
         if nwin > cbm:  # batches of cb windows, within mb of them, where the union does not fit
-            assert (cb > 1) == (not fits and -(-nwin // cbm) <= mb), (nq, nwin, fits, cb)
+            assert (cb > 1) == (not fits and nq >= 16 and -(-nwin // cbm) <= mb), (nq, nwin, fits, cb)
             assert cb == 1 or -(-nwin // cb) <= mb
     assert {r[2] for r in rows if r[6] > 1 and r[2] > 8} == {9, 10, 11, 12, 16, 33, 128, 256, 257, 512}
     # many groups take smaller clusters (more batches) so that they fit the multiprocessors: (128, 4)'s 128 groups of
