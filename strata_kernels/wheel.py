@@ -62,10 +62,14 @@ ENTRY_POINT_GROUP = "strata_kernels.plugins"
 # search forms, flash) took the family to 28.97 MB: sm_80 4.43 and sm_120 4.40 (with their PTX), sm_90 4.27 (4.14
 # before the union batches), sm_100/103/110 2.99-3.00, sm_86/89 2.76, sm_75 1.35. Past 4.0 per target and 26 for the
 # family, `strata-kernels wheel --family cuda13` would refuse the wheel (_check_budget); so 5.0 MB per CUDA target and
-# 32 MB for cuda13 (13 % and 10 % above the measure). cuda12 was not measured again at the 8 pairs.
-FAMILY_BUDGET_MB = {"cuda13": 32.0, "cuda12": 40.0, "rocm": 6.0, "sycl": 2.0}
+# 32 MB for cuda13 (13 % and 10 % above the measure).
+# cuda12 measured again the same day (`strata-kernels wheel --family cuda12`, all 8 pairs, which refused the wheel):
+# 46.72 MB: sm_80 19.46 (19.15 MB device code, most of it compute_80 PTX as text), sm_90 9.30, sm_86/89 7.14, sm_75
+# 2.10, sm_70 1.57. So 22 MB per cuda12 target and 52 MB for the family (13 % and 11 % above); compressing the
+# container's entries would take most of sm_80's back (README, "Wheels").
+FAMILY_BUDGET_MB = {"cuda13": 32.0, "cuda12": 52.0, "rocm": 6.0, "sycl": 2.0}
 TARGET_BUDGET_MB = {"cuda": 5.0, "hip": 1.5, "sycl": 1.5}
-FAMILY_TARGET_BUDGET_MB = {"cuda12": 16.0}  # a family's own per-target budget, where it differs from its backend's
+FAMILY_TARGET_BUDGET_MB = {"cuda12": 22.0}  # a family's own per-target budget, where it differs from its backend's
 
 
 # ------------------------------------------------------------------------------------------------ families
