@@ -2,29 +2,28 @@
 outgrows shared memory: G 1-4) under compute-sanitizer: grouped forced at (128, 4) and (128, 2) on caches of two
 batches, holes, width 0 and ids past the width holding garbage, prompt and decode, INT8. Needs the sm_90 plugin with
 those geometries."""
+import os
 import sys
 
 import numpy as np
 import torch
 
 import strata_kernels as sk
+from strata_kernels.parity import _place
 
 CASES = [(4, 262144, 16, "8"), (4, 262144, 20, ""), (2, 65536, 40, "4"), (2, 65536, 40, "2")]
 
 
 def main() -> int:
-    import os
     ran = 0
     for group, ctx, n_q, cb in CASES:
         os.environ["STRATA_GROUPED_UNION_CLUSTER"] = cb  # "": the launcher's rule
         case = sk.testing.make_case("int8", ctx, n_q, holes=True, width0=True, head_dim=128, group=group)
         for i, w in enumerate(case.width):
             case.ids[i, w:] = np.int32(2**31 - 1)  # never read
-        t = lambda a: torch.from_numpy(a).cuda()  # noqa: E731
-        kv = case.kv
-        tkv = sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table))
+        q, kv, ids, width = _place(case, ("cuda", 0))
         for call in (sk.qsa_prompt_attn, sk.qsa_decode_attn):
-            out = call(t(case.q), tkv, t(case.ids), t(case.width), variant="grouped")
+            out = call(q, kv, ids, width, variant="grouped")
             torch.cuda.synchronize()
             assert torch.isfinite(out).all(), (group, ctx, n_q, cb)
             ran += 1

@@ -51,6 +51,12 @@ GROUPED_UNION_ONE_MAX_ENTRIES = 1 << 24
 GROUPED_UNION_MAX_BATCHES = 64
 
 
+def grouped_union_batched(nq: int) -> bool:
+    """Whether groups of ``nq`` queries have the ONE form's batches built (G 1-4: their running union outgrows
+    shared memory at the spec's caps)."""
+    return nq >= 16
+
+
 def grouped_union_window_cells(nq: int) -> int:
     """Cells in one window of the union pre-pass for groups of ``nq`` queries (32768 at G 8-12)."""
     bits = next(b for b in (1, 2, 4, 8, 16, 32) if nq <= b)
@@ -75,13 +81,12 @@ def grouped_union_one_cb(nq: int, cap: int, nwin: int, groups: int, sms: int, pe
     """The launcher's cluster for the ONE form (1: none): the largest CB of at least ``nwin`` windows whose clusters
     fit the blocks the multiprocessors hold (two a multiprocessor over several windows where its registers, MANY at
     CB 8 takes one, and its shared memory allow); where the running union does not fit in shared memory (``fits``
-    false), CB below ``nwin`` too, CB windows a batch (groups of 16 queries or more, at most
-    GROUPED_UNION_MAX_BATCHES batches), and where none
-    fits the multiprocessors the smallest (several waves). As cuda/grouped_union.inc.j2."""
+    false), CB below ``nwin`` too, CB windows a batch (where grouped_union_batched, at most GROUPED_UNION_MAX_BATCHES
+    batches), and where none fits the multiprocessors the smallest (several waves). As cuda/grouped_union.inc.j2."""
     c, least = grouped_union_cb_max(nq), 1
     while c > 1:
         bat = nwin > c  # batches of c windows
-        if bat and (fits or nq < 16 or -(-nwin // c) > GROUPED_UNION_MAX_BATCHES):  # grouped_union_batched
+        if bat and (fits or not grouped_union_batched(nq) or -(-nwin // c) > GROUPED_UNION_MAX_BATCHES):
             break
         two = ((bat or nwin > 1) and c != 8 and 2 * (grouped_union_one_smem(nq, cap, nwin, c) + 3328
                                                    + (4 * nq * GROUPED_UNION_MAX_BATCHES if bat else 0)) <= per_sm)

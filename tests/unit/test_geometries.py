@@ -215,6 +215,7 @@ def test_the_union_cluster_rule_is_one_definition(tmp_path):
     mb = int(re.search(r"GROUPED_UNION_MAX_BATCHES = (\d+);", inc).group(1))
     assert mb == dispatch_model.GROUPED_UNION_MAX_BATCHES
     assert "constexpr bool grouped_union_batched(long long nq) { return nq >= 16; }" in inc
+    assert [dispatch_model.grouped_union_batched(nq) for nq in (8, 12, 15, 16, 32)] == [False] * 3 + [True] * 2
     for nq, cap, nwin, groups, per_sm, fits, cb, smem2 in rows:
         cbm = dispatch_model.grouped_union_cb_max(nq)
         if nwin > cbm:  # batches of cb windows, within mb of them, where the union does not fit
