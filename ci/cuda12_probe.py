@@ -19,12 +19,8 @@ import sys, torch, strata_kernels as sk
 from strata_kernels import testing
 v, fmt, op = sys.argv[1:4]
 case = testing.make_case(fmt, 2100, 4)
-t = lambda a: None if a is None else torch.from_numpy(a).cuda()
-kv = case.kv
-b = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
-     "fp16": lambda: sk.KVCache.fp16(t(kv.k), t(kv.v), t(kv.page_table))}[fmt]()
 call = sk.qsa_prompt_attn if op == "prompt" else sk.qsa_decode_attn
-out = call(t(case.q), b, t(case.ids), t(case.width), variant=v)
+out = call(*testing.to_torch(case, "cuda"), variant=v)
 torch.cuda.synchronize()
 print("finite" if torch.isfinite(out).all() else "NON-FINITE")
 """

@@ -6,10 +6,10 @@ import sys
 import torch
 
 import strata_kernels as sk
-from strata_kernels import parity, testing
+from strata_kernels import testing
 
 ctx, n_q = (int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "32768x64").split("x"))
-q, kv, ids, width = parity._place(testing.make_case("int8", ctx, n_q), ("cuda", 0))
+q, kv, ids, width = testing.to_torch(testing.make_case("int8", ctx, n_q), "cuda")
 for _ in range(3):
     sk.qsa_decode_attn(q, kv, ids, width, variant="flash")
 torch.cuda.synchronize()

@@ -7,14 +7,14 @@ import sys
 import torch
 
 import strata_kernels as sk
-from strata_kernels import bench, parity, testing
+from strata_kernels import bench, testing
 
 shapes = bench.parse_shapes(sys.argv[1])
 fmts = (sys.argv[2] if len(sys.argv) > 2 else "int8").split(",")
 hd, grp = (int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "256x12").split("x"))
 for fmt, (ctx, n_q) in ((f, s) for f in fmts for s in shapes):
     case = testing.make_case(fmt, ctx, n_q, group=grp, head_dim=hd)
-    q, tkv, ids, w = parity._place(case, ("cuda", 0))
+    q, tkv, ids, w = testing.to_torch(case, "cuda")
     res = {}
     for name, fn in (("flash", lambda o: sk.qsa_decode_attn(q, tkv, ids, w, variant="flash", out=o)),
                      ("grouped", lambda o: sk.qsa_decode_attn(q, tkv, ids, w, variant="grouped", out=o))):

@@ -5,13 +5,13 @@ import sys
 import torch
 
 import strata_kernels as sk
-from strata_kernels import bench, parity, testing
+from strata_kernels import bench, testing
 
 variant, shapes = sys.argv[1], bench.parse_shapes(sys.argv[2])
 fmt = sys.argv[3] if len(sys.argv) > 3 else "int8"
 for ctx, n_q in shapes:
     case = testing.make_case(fmt, ctx, n_q)
-    q, tkv, ids, w = parity._place(case, ("cuda", 0))
+    q, tkv, ids, w = testing.to_torch(case, "cuda")
     out = torch.empty_like(q)
     fn = lambda: sk.qsa_decode_attn(q, tkv, ids, w, variant=variant, out=out)  # noqa: E731
     ms = bench._graph_ms(fn, ("cuda", 0), calls=20, replays=10)

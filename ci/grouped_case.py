@@ -10,13 +10,13 @@ import sys
 import torch
 
 import strata_kernels as sk
-from strata_kernels import parity, testing
+from strata_kernels import testing
 
 
 def place(shape: str):
     """(q, kv, ids, width) on cuda:0 for a shape "CTXxNQ" (or "decode:CTXxNQ")."""
     ctx, n_q = (int(x) for x in shape.removeprefix("decode:").split("x"))
-    return parity._place(testing.make_case(os.environ.get("CASE_FMT", "int8"), ctx, n_q), ("cuda", 0))
+    return testing.to_torch(testing.make_case(os.environ.get("CASE_FMT", "int8"), ctx, n_q), "cuda")
 
 
 def call(args, op: str = "") -> None:

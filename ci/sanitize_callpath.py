@@ -15,10 +15,7 @@ CTX, N_Q = 2100, 3   # the split decode needs a context this long to run (ci/san
 
 
 def place(case):
-    t = lambda a: None if a is None else torch.from_numpy(a).cuda()  # noqa: E731
-    k = case.kv
-    return t(case.q), sk.KVCache.int8(t(k.k), t(k.k_scale), t(k.v), t(k.v_scale), t(k.page_table)), t(case.ids), \
-        t(case.width)
+    return testing.to_torch(case, "cuda")
 
 
 def fresh_case(seed):

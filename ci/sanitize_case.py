@@ -24,19 +24,14 @@ def main() -> int:
             case = sk.testing.make_case(FORMATS[code], ctx, n_q, holes=True, width0=True)
             for i, w in enumerate(case.width):
                 case.ids[i, w:] = np.int32(2**31 - 1)  # never read
-            t = lambda a: None if a is None else torch.from_numpy(a).cuda()  # noqa: E731
-            kv = case.kv
-            tkv = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
-                   "fp16": lambda: sk.KVCache.fp16(t(kv.k), t(kv.v), t(kv.page_table)),
-                   "q4_0": lambda: sk.KVCache.q4_0(t(kv.k), t(kv.v), t(kv.page_table)),
-                   "k8v4": lambda: sk.KVCache.k8v4(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.page_table))}[kv.format]()
+            placed = sk.testing.to_torch(case, "cuda")
             for op in rule["ops"]:
                 call = sk.qsa_prompt_attn if op == "prompt" else sk.qsa_decode_attn
-                out = call(t(case.q), tkv, t(case.ids), t(case.width), variant=v)
+                out = call(*placed, variant=v)
                 torch.cuda.synchronize()
-                assert torch.isfinite(out).all(), (v, kv.format, op)
+                assert torch.isfinite(out).all(), (v, case.fmt, op)
                 ran += 1
-                print(f"ran {v} {kv.format} {op}", flush=True)
+                print(f"ran {v} {case.fmt} {op}", flush=True)
     print(f"sanitizer workload: {ran} calls over {len(variants)} variants")
     return 0
 

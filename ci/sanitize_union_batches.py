@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import strata_kernels as sk
-from strata_kernels.parity import _place
+from strata_kernels.testing import to_torch
 
 CASES = [(4, 262144, 16, "8"), (4, 262144, 20, ""), (2, 65536, 40, "4"), (2, 65536, 40, "2")]
 
@@ -21,7 +21,7 @@ def main() -> int:
         case = sk.testing.make_case("int8", ctx, n_q, holes=True, width0=True, head_dim=128, group=group)
         for i, w in enumerate(case.width):
             case.ids[i, w:] = np.int32(2**31 - 1)  # never read
-        q, kv, ids, width = _place(case, ("cuda", 0))
+        q, kv, ids, width = to_torch(case, "cuda")
         for call in (sk.qsa_prompt_attn, sk.qsa_decode_attn):
             out = call(q, kv, ids, width, variant="grouped")
             torch.cuda.synchronize()

@@ -91,10 +91,7 @@ def measure(device: tuple[str, int], calls: int, batch: int, log: Callable[[str]
         call = sk.qsa_prompt_attn if opname == "prompt" else sk.qsa_decode_attn
         if on_gpu:
             dev = torch.device(device[0] if device[0] != "hip" else "cuda", device[1])
-            t = lambda a: None if a is None else torch.from_numpy(a).to(dev)  # noqa: E731
-            k = case.kv
-            kv = sk.KVCache.int8(t(k.k), t(k.k_scale), t(k.v), t(k.v_scale), t(k.page_table))
-            q, ids, width = t(case.q), t(case.ids), t(case.width)
+            q, kv, ids, width = testing.to_torch(case, dev)
             sync = torch.cuda.synchronize
             stream = int(torch.cuda.current_stream(dev).cuda_stream)
             small_a = torch.ones(16, device=dev)
@@ -112,9 +109,8 @@ def measure(device: tuple[str, int], calls: int, batch: int, log: Callable[[str]
             ("plan.run", lambda: p.run(q, ids, width, out=out), ""),
         ]
         if torch is not None:
-            tq, tids, twidth, tout, tkv = (q, ids, width, out, kv) if on_gpu else (
-                torch.from_numpy(q), torch.from_numpy(ids), torch.from_numpy(width), torch.from_numpy(out),
-                sk.KVCache.int8(*(torch.from_numpy(a) for a in (kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table))))
+            tq, tkv, tids, twidth = (q, kv, ids, width) if on_gpu else testing.to_torch(case, "cpu")
+            tout = out if on_gpu else torch.from_numpy(out)
             top = getattr(torch.ops.strata_kernels, f"qsa_{opname}_attn_out").default
             targs = (tq, "int8", tkv.k, tkv.k_scale, tkv.v, tkv.v_scale, tkv.page_table, tids, twidth, tout)
             methods.append(("torch op", lambda: top(*targs), f"torch.ops.strata_kernels.qsa_{opname}_attn_out"))

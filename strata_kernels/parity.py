@@ -330,20 +330,8 @@ def _place(case: Any, device: tuple[str, int]) -> tuple[Any, Any, Any, Any]:
     """The case's arrays on ``device`` (numpy on the CPU, torch tensors on a GPU)."""
     if device[0] == "cpu":
         return case.q, case.kv, case.ids, case.width
-    import torch
-    from .ops import KVCache
-    dev = torch.device("cuda", device[1])             # torch names HIP devices 'cuda' too
-    t = lambda a: None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(dev)  # noqa: E731
-    kv = case.kv
-    if kv.format == "fp16":
-        kvd = KVCache.fp16(t(kv.k), t(kv.v), t(kv.page_table))
-    elif kv.format == "int8":
-        kvd = KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table))
-    elif kv.format == "q4_0":
-        kvd = KVCache.q4_0(t(kv.k), t(kv.v), t(kv.page_table))
-    else:
-        kvd = KVCache.k8v4(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.page_table))
-    return t(case.q), kvd, t(case.ids), t(case.width)
+    from .testing import to_torch
+    return to_torch(case, f"cuda:{device[1]}")  # torch names HIP devices 'cuda' too
 
 
 def make_timer(device: tuple[str, int], reps: int) -> Callable[[Callable[[], Any]], float]:

@@ -310,6 +310,18 @@ def make_case(fmt: str | int, ctx: int, n_q: int, seed: int | None = None, holes
                 width0=width0, real_scales=real_scales, periodic=periodic)
 
 
+def to_torch(case: Case, device: Any = "cuda") -> tuple[Any, KVCache, Any, Any]:
+    """``(q, kv, ids, width)`` of ``case`` as torch tensors on ``device`` (a ``torch.device`` or its name: ``"cuda"``,
+    ``"cuda:1"``, ``"cpu"``; torch names HIP devices ``cuda`` too), the cache built by its format's constructor.
+    Needs torch. On a GPU the arrays are copied there; on the CPU the tensors share the case's memory (contiguous
+    arrays, as :func:`make_case` builds them)."""
+    import torch
+    dev = torch.device(device)
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dev)  # noqa: E731
+    kv = getattr(KVCache, case.kv.format)(**{name: t(a) for name, a in case.kv.arrays.items()})
+    return t(case.q), kv, t(case.ids), t(case.width)
+
+
 def corrupt(case: Case, what: str, query: int, position: int) -> str:
     """Put one bad entry into ``case`` and return the start of the error a checked call on it raises: ``"ids"``: the id
     at (query, position) becomes cell 10**8, past any test cache; ``"page_table"``: the page entry of that id's page

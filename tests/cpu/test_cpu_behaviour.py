@@ -115,9 +115,8 @@ def test_q_and_out_off_a_16_byte_boundary_are_refused_before_any_kernel(sk, case
 def test_a_plan_refuses_q_or_out_off_a_16_byte_boundary(sk, case):
     torch = pytest.importorskip("torch")
     kv = case.kv
-    tkv = sk.KVCache.int8(*(torch.from_numpy(a) for a in (kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table)))
+    q, tkv, ids, width = sk.testing.to_torch(case, "cpu")
     p = sk.plan(tkv, "decode", max_queries=16, cap=case.ids.shape[1], n_head=case.q.shape[1])
-    q, ids, width = torch.from_numpy(case.q), torch.from_numpy(case.ids), torch.from_numpy(case.width)
     flat = torch.zeros(q.numel() + 4)
     off = (-flat.data_ptr() % 16 + 4) // 4  # a view 4 bytes past a 16-byte boundary
     bad = flat[off:off + q.numel()].view(q.shape)
@@ -182,18 +181,16 @@ def test_kvcache_constructors_check_their_arrays(sk, case):
 def test_torch_tensors_in_and_out(sk, case):
     torch = pytest.importorskip("torch")
     kv = case.kv
-    tkv = sk.KVCache.int8(*(torch.from_numpy(a) for a in (kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table)))
-    out = sk.qsa_prompt_attn(torch.from_numpy(case.q), tkv, torch.from_numpy(case.ids), torch.from_numpy(case.width))
+    q, tkv, ids, width = sk.testing.to_torch(case, "cpu")
+    out = sk.qsa_prompt_attn(q, tkv, ids, width)
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
     ref = sk.qsa_prompt_attn(case.q, kv, case.ids, case.width)
     assert np.array_equal(out.numpy(), ref)
-    op = torch.ops.strata_kernels.qsa_prompt_attn(torch.from_numpy(case.q), "int8", tkv.k, tkv.k_scale, tkv.v,
-                                                   tkv.v_scale, tkv.page_table, torch.from_numpy(case.ids),
-                                                   torch.from_numpy(case.width))
+    op = torch.ops.strata_kernels.qsa_prompt_attn(q, "int8", tkv.k, tkv.k_scale, tkv.v, tkv.v_scale, tkv.page_table,
+                                                   ids, width)
     assert np.array_equal(op.numpy(), ref)
     with pytest.raises(ValueError, match="ids: expected the same device as q"):
-        sk.qsa_prompt_attn(torch.from_numpy(case.q).to("meta"), tkv, torch.from_numpy(case.ids),
-                           torch.from_numpy(case.width))
+        sk.qsa_prompt_attn(q.to("meta"), tkv, ids, width)
 
 
 def test_portable_and_avx2_forms_give_the_same_bits(sk, tmp_path):

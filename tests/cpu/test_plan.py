@@ -118,16 +118,13 @@ def test_a_small_decode_runs_inline_and_fast(sk):
 
 # --- torch ---------------------------------------------------------------------------------------------------
 
-def _torch_case(torch, sk, case):
-    t = torch.from_numpy
-    kv = case.kv
-    tkv = sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table))
-    return t(case.q), tkv, t(case.ids), t(case.width)
+def _torch_case(sk, case):
+    return sk.testing.to_torch(case, "cpu")
 
 
 def test_torch_out_op_writes_out_and_passes_opcheck(sk, case):
     torch = pytest.importorskip("torch")
-    q, kv, ids, width = _torch_case(torch, sk, case)
+    q, kv, ids, width = _torch_case(sk, case)
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     out = torch.empty_like(q)
     args = (q, "int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table, ids, width)
@@ -140,7 +137,7 @@ def test_torch_out_op_writes_out_and_passes_opcheck(sk, case):
 
 def test_torch_compile_fullgraph_over_the_public_calls(sk, case):
     torch = pytest.importorskip("torch")
-    q, kv, ids, width = _torch_case(torch, sk, case)
+    q, kv, ids, width = _torch_case(sk, case)
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     ref_p = sk.qsa_prompt_attn(q, kv, ids, width)
 
@@ -161,7 +158,7 @@ def test_torch_op_plans_hold_no_tensors_and_report_errors(sk, case):
     import weakref
 
     from strata_kernels import torch_ops
-    q, kv, ids, width = _torch_case(torch, sk, case)
+    q, kv, ids, width = _torch_case(sk, case)
     pools = [kv.k.clone(), kv.k_scale.clone(), kv.v.clone(), kv.v_scale.clone(), kv.page_table.clone()]
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     out = torch.ops.strata_kernels.qsa_decode_attn(q, "int8", pools[0], pools[1], pools[2], pools[3], pools[4], ids,
@@ -184,7 +181,7 @@ def test_torch_op_plans_hold_no_tensors_and_report_errors(sk, case):
 
 
 def _out_op_args(torch, sk, case):
-    q, kv, ids, width = _torch_case(torch, sk, case)
+    q, kv, ids, width = _torch_case(sk, case)
     return q, ("int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table), ids, width
 
 

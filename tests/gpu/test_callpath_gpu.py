@@ -59,10 +59,7 @@ def test_out_of_range_ids_raise_at_the_call_with_the_sync_setting(gpu_case, torc
 
 
 def _to_cuda(torch, case):
-    t = lambda a: None if a is None else torch.from_numpy(a).cuda()  # noqa: E731
-    k = case.kv
-    return t(case.q), sk.KVCache.int8(t(k.k), t(k.k_scale), t(k.v), t(k.v_scale), t(k.page_table)), t(case.ids), \
-        t(case.width)
+    return sk.testing.to_torch(case, "cuda")
 
 
 @pytest.mark.parametrize("op", ["decode", "prompt"])

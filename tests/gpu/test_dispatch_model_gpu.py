@@ -47,14 +47,9 @@ for fmt, ctx, n_q, *geo in cases:
     case = testing.make_case(fmt, ctx, n_q, **(geo[0] if geo else {}))
     shape = [int(case.q.shape[2]), int(case.q.shape[1]) // int(case.kv.n_head_kv), int(case.kv.n_head_kv)]
     cells = 4 * int(case.kv.page_table.shape[0])
-    kv = case.kv
-    t = lambda a: None if a is None else torch.from_numpy(a).to(dev)
-    b = {"int8": lambda: sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table)),
-         "fp16": lambda: sk.KVCache.fp16(t(kv.k), t(kv.v), t(kv.page_table)),
-         "q4_0": lambda: sk.KVCache.q4_0(t(kv.k), t(kv.v), t(kv.page_table)),
-         "k8v4": lambda: sk.KVCache.k8v4(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.page_table))}[fmt]()
+    placed = testing.to_torch(case, dev)
     for op in ("prompt", "decode"):
-        w = sk.which(t(case.q), b, t(case.ids), t(case.width), path=op)
+        w = sk.which(*placed, path=op)
         out["which"][f"{op}/{fmt}/{n_q}/{ctx}/{shape[1]}"] = [w.variant, w.reason, shape, cells, int(case.ids.shape[1])]
 print("JSON" + json.dumps(out))
 """

@@ -205,9 +205,8 @@ import numpy as np, torch
 import strata_kernels as sk
 from strata_kernels import testing
 case = testing.make_case("int8", 4096, 64)
-kv = case.kv
+q, cache, _, width = testing.to_torch(case, "cuda")
 t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
-cache = sk.KVCache.int8(t(kv.k), t(kv.k_scale), t(kv.v), t(kv.v_scale), t(kv.page_table))
 cap0 = case.ids.shape[1]
 outs = []
 # the case's own cap, then one whose union needs more than 48 KB of shared memory (5 x cap x 8 bytes at G 12), then
@@ -215,7 +214,7 @@ outs = []
 for cap in (cap0, max(cap0, 1300), 2 * max(cap0, 1300) + 1):
     ids = np.full((case.n_q, cap), -7, dtype=case.ids.dtype)
     ids[:, :cap0] = case.ids
-    out = sk.qsa_prompt_attn(t(case.q), cache, t(ids), t(case.width), variant="grouped")
+    out = sk.qsa_prompt_attn(q, cache, t(ids), width, variant="grouped")
     outs.append(out.cpu().numpy())
 assert all(np.array_equal(outs[0], o) for o in outs[1:]), "outputs differ with cap"
 print("ok")

@@ -382,11 +382,10 @@ def active(d):
     assert lib.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(on)) == 0
     return on.value
 c = testing.make_case("int8", 2100, 4)
-t = lambda a: torch.from_numpy(a).to("cuda:1")
-kv = sk.KVCache.int8(t(c.kv.k), t(c.kv.k_scale), t(c.kv.v), t(c.kv.v_scale), t(c.kv.page_table))
+q, kv, ids, width = testing.to_torch(c, "cuda:1")
 before = active(0)
-out = sk.qsa_decode_attn(t(c.q), kv, t(c.ids), t(c.width))
-out = sk.qsa_prompt_attn(t(c.q), kv, t(c.ids), t(c.width))
+out = sk.qsa_decode_attn(q, kv, ids, width)
+out = sk.qsa_prompt_attn(q, kv, ids, width)
 torch.cuda.synchronize(1)
 print("cuda0_context_before", before, "after", active(0))
 """

@@ -283,3 +283,20 @@ def test_fp16_pools_scale():
     c = T.make_case("fp16", 8000, 4, **SMALL)
     assert 1.4 < c.kv.k.astype(np.float64).std() < 1.6 and 0.95 < c.kv.v.astype(np.float64).std() < 1.05
     assert 1.9 < c.q.std() < 2.1
+
+
+# -- the case as torch tensors ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("steps", [False, True])
+def test_to_torch_copies_every_array_into_its_formats_cache(fmt, steps):
+    torch = pytest.importorskip("torch")
+    c = T.make_case(fmt, 300, 6, holes=True, steps=steps, **SMALL)
+    q, kv, ids, width = T.to_torch(c, "cpu")
+    assert kv.format == fmt and (kv.n_head_kv, kv.head_dim, kv.n_phys_pages) == (2, 64, c.kv.n_phys_pages)
+    assert set(kv.arrays) == set(c.kv.arrays)
+    pairs = [(q, c.q), (ids, c.ids), (width, c.width)] + [(kv.arrays[n], a) for n, a in c.kv.arrays.items()]
+    for t, a in pairs:
+        assert isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.is_contiguous()
+        assert t.numpy().dtype == a.dtype and np.array_equal(t.numpy(), a)
+    ids[0, 0] += 1  # on the CPU the tensors share the case's memory (torch.from_numpy)
+    assert ids[0, 0] == c.ids[0, 0]
