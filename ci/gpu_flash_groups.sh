@@ -4,7 +4,7 @@
 # and the CPU and sm_90 plugins at (256, 12) and (128, 4), runs flash's GPU tests (they include the patch's test that
 # forces one and two groups) and the parity test of the flash variant, then times decode calls (CUDA-graph replay,
 # ci/decode_splits.py) with one and two groups alternated (STRATA_DECODE_FLASH_GROUPS, read once a process), INT8 and
-# FP16. Results under $OUT: build.txt, tests.txt, parity.txt, time.txt, env.txt.
+# FP16, and two groups at 17 / 22 / 33 splits. Results under $OUT: build.txt, tests.txt, parity.txt, time.txt, env.txt.
 # Usage (the device's run): bash ci/gpu_flash_groups.sh
 set -uo pipefail
 git apply docs/notes/flash-two-groups.patch || { echo "the patch does not apply to this tree"; exit 1; }
@@ -26,4 +26,10 @@ for fmt in int8 fp16; do
     STRATA_DECODE_FLASH_GROUPS=$groups python3 ci/decode_splits.py flash "$SHAPES" "$fmt" 2>&1 | grep -v -i warn
   done
 done | tee "$OUT/time.txt"
+# Fewer splits of more tiles with two groups (the merge's rounds against the blocks' tiles), INT8, one and two queries
+for splits in 17 22 33; do
+  echo "== groups 2, splits $splits"
+  STRATA_DECODE_FLASH_GROUPS=2 STRATA_DECODE_FLASH_SPLITS=$splits python3 ci/decode_splits.py flash \
+    4096x1,32768x1,32768x2 int8 2>&1 | grep -v -i warn
+done | tee -a "$OUT/time.txt"
 git apply -R docs/notes/flash-two-groups.patch
