@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issue 12, one query: flash's blocks in two warp groups (docs/notes/flash-two-groups.patch: compiled here for sm_90a
-# and sm_80, never run) on the lent GPU, in one call of ~3 minutes. Applies the patch to the tree, builds the loader
-# and the CPU and sm_90 plugins at (256, 12) and (128, 4), runs flash's GPU tests (they include the patch's test that
-# forces one and two groups) and the parity test of the flash variant, then times decode calls (CUDA-graph replay,
-# ci/decode_splits.py) with one and two groups alternated (STRATA_DECODE_FLASH_GROUPS, read once a process), INT8 and
-# FP16, and two groups at 17 / 22 / 33 splits. Results under $OUT: build.txt, tests.txt, parity.txt, time.txt, env.txt.
+# and sm_80, never run) on the lent GPU, in one call of ~4 minutes. Applies the patch to the tree; builds the loader
+# and the CPU and sm_90 plugins at (256, 12) and (128, 4); runs flash's GPU tests (with the patch's test that forces
+# one and two groups), the parity test of the flash variant at both geometries, and compute-sanitizer's memcheck and
+# racecheck on two-group calls; then times decode calls (CUDA-graph replay, ci/decode_splits.py) with one and two
+# groups alternated (STRATA_DECODE_FLASH_GROUPS, read once a process), INT8 and FP16, and two groups at 17 / 22 / 33
+# splits. Results under $OUT: build.txt, tests.txt, parity.txt, sanitizer*.txt, time.txt, env.txt.
 # Usage (the device's run): bash ci/gpu_flash_groups.sh
 set -uo pipefail
 git apply docs/notes/flash-two-groups.patch || { echo "the patch does not apply to this tree"; exit 1; }
@@ -19,6 +20,9 @@ for geo in "256 12" "128 4"; do
     >> "$OUT/parity.txt" 2>&1
 done
 grep -E "PASSED|FAIL" "$OUT/parity.txt" | tail -4
+# shellcheck disable=SC1091
+. ci/sanitize.sh  # memcheck and racecheck of two-group calls: 33 splits of 2 tiles, then splits of 2 and 1 tiles
+STRATA_DECODE_FLASH_GROUPS=2 run_sanitizers 200 python3 ci/decode_case.py 4096x1,200x3
 SHAPES=${SHAPES:-4096x1,32768x1,32768x2,32768x3,32768x8}
 for fmt in int8 fp16; do
   for groups in 1 2 1 2; do
