@@ -14,10 +14,6 @@ from strata_kernels import testing
 CTX, N_Q = 2100, 3   # the split decode needs a context this long to run (ci/sanitize_case.py)
 
 
-def place(case):
-    return testing.to_torch(case, "cuda")
-
-
 def fresh_case(seed):
     case = testing.make_case("int8", CTX, N_Q, seed=seed, holes=True, width0=True)
     for i, w in enumerate(case.width):
@@ -51,7 +47,7 @@ def expect_report(what, fn, pattern):
 
 
 def main() -> int:
-    q, kv, ids, width = place(fresh_case(1))
+    q, kv, ids, width = testing.to_torch(fresh_case(1), "cuda")
     pools = ("int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table)
     ran = 0
     for op, variant in (("decode", None), ("decode", "split"), ("prompt", None)):
@@ -70,7 +66,7 @@ def main() -> int:
             # Capture, change the inputs in place, replay, compare.
             gq, gids, gw, gout = q.clone(), ids.clone(), width.clone(), torch.empty_like(q)
             g = capture(lambda: run(gq, gids, gw, gout))
-            nq, nkv, nids, nw = place(fresh_case(2))
+            nq, nkv, nids, nw = testing.to_torch(fresh_case(2), "cuda")
             gq.copy_(nq)
             gids.copy_(nids)
             gw.copy_(nw)

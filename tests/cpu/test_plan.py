@@ -118,13 +118,9 @@ def test_a_small_decode_runs_inline_and_fast(sk):
 
 # --- torch ---------------------------------------------------------------------------------------------------
 
-def _torch_case(sk, case):
-    return sk.testing.to_torch(case, "cpu")
-
-
 def test_torch_out_op_writes_out_and_passes_opcheck(sk, case):
     torch = pytest.importorskip("torch")
-    q, kv, ids, width = _torch_case(sk, case)
+    q, kv, ids, width = sk.testing.to_torch(case, "cpu")
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     out = torch.empty_like(q)
     args = (q, "int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table, ids, width)
@@ -137,7 +133,7 @@ def test_torch_out_op_writes_out_and_passes_opcheck(sk, case):
 
 def test_torch_compile_fullgraph_over_the_public_calls(sk, case):
     torch = pytest.importorskip("torch")
-    q, kv, ids, width = _torch_case(sk, case)
+    q, kv, ids, width = sk.testing.to_torch(case, "cpu")
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     ref_p = sk.qsa_prompt_attn(q, kv, ids, width)
 
@@ -158,7 +154,7 @@ def test_torch_op_plans_hold_no_tensors_and_report_errors(sk, case):
     import weakref
 
     from strata_kernels import torch_ops
-    q, kv, ids, width = _torch_case(sk, case)
+    q, kv, ids, width = sk.testing.to_torch(case, "cpu")
     pools = [kv.k.clone(), kv.k_scale.clone(), kv.v.clone(), kv.v_scale.clone(), kv.page_table.clone()]
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     out = torch.ops.strata_kernels.qsa_decode_attn(q, "int8", pools[0], pools[1], pools[2], pools[3], pools[4], ids,
@@ -180,8 +176,8 @@ def test_torch_op_plans_hold_no_tensors_and_report_errors(sk, case):
     assert all(r() is None for r in refs)
 
 
-def _out_op_args(torch, sk, case):
-    q, kv, ids, width = _torch_case(sk, case)
+def _out_op_args(sk, case):
+    q, kv, ids, width = sk.testing.to_torch(case, "cpu")
     return q, ("int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table), ids, width
 
 
@@ -190,7 +186,7 @@ def test_torch_op_checks_each_call_after_good_ones(sk, case):
     checks and their sentence, not the remembered plan."""
     torch = pytest.importorskip("torch")
     op = torch.ops.strata_kernels.qsa_decode_attn_out
-    q, pools, ids, width = _out_op_args(torch, sk, case)
+    q, pools, ids, width = _out_op_args(sk, case)
     ref = sk.qsa_decode_attn(q, sk.KVCache.int8(*pools[1:]), ids, width)
     out = torch.empty_like(q)
     for _ in range(3):
@@ -226,7 +222,7 @@ def test_torch_op_runs_the_plan_checks_once_with_guards_and_each_call_without(sk
     run_op = plans.Plan._run_op
     monkeypatch.setattr(plans.Plan, "_run_op", lambda self, *a: checked.append(1) or run_op(self, *a))
     op = torch.ops.strata_kernels.qsa_decode_attn_out
-    q, pools, ids, width = _out_op_args(torch, sk, case)
+    q, pools, ids, width = _out_op_args(sk, case)
     out = torch.empty_like(q)
     for _ in range(3):
         op(q, *pools, ids, width, out)

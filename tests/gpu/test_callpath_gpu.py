@@ -49,17 +49,13 @@ def test_the_default_call_never_synchronises(gpu_case, torch_cuda):
 def test_out_of_range_ids_raise_at_the_call_with_the_sync_setting(gpu_case, torch_cuda, monkeypatch):
     case, _ = gpu_case
     case.ids[3, 5] = 10**8
-    q, kv, ids, width = _to_cuda(torch_cuda, case)
+    q, kv, ids, width = sk.testing.to_torch(case, "cuda")
     monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
     with pytest.raises(ValueError, match="ids: query 3, position 5 holds cell 100000000"):
         sk.qsa_decode_attn(q, kv, ids, width)
     with pytest.raises(ValueError, match="ids: query 3, position 5 holds cell 100000000"):
         sk.qsa_prompt_attn(q, kv, ids, width)
     _clean(torch_cuda)
-
-
-def _to_cuda(torch, case):
-    return sk.testing.to_torch(case, "cuda")
 
 
 @pytest.mark.parametrize("op", ["decode", "prompt"])
@@ -129,7 +125,7 @@ def test_cuda_graph_capture_and_replay_equal_eager(torch_cuda, op, variant, how)
     torch = torch_cuda
     _clean(torch)
     case = testing.make_case("int8", 2100, 16, seed=7)
-    q, kv, ids, width = _to_cuda(torch, case)
+    q, kv, ids, width = sk.testing.to_torch(case, "cuda")
     out = torch.empty_like(q)
     if how == "plan":
         p = sk.plan(kv, op=op, max_queries=16, cap=ids.shape[1], variant=variant, n_head=q.shape[1])
@@ -148,7 +144,7 @@ def test_bad_ids_during_replay_are_reported_at_the_next_check(torch_cuda):
     torch = torch_cuda
     _clean(torch)
     case = testing.make_case("int8", 2100, 16, seed=3)
-    q, kv, ids, width = _to_cuda(torch, case)
+    q, kv, ids, width = sk.testing.to_torch(case, "cuda")
     out = torch.empty_like(q)
     p = sk.plan(kv, op="decode", max_queries=16, cap=ids.shape[1], n_head=q.shape[1])
     g = _graph_equal_to_eager(torch, lambda q, i, w, o: p.run(q, i, w, out=o), q, ids, width, out,
@@ -178,7 +174,7 @@ def test_bad_ids_during_replay_are_reported_at_the_next_check(torch_cuda):
 def _with_references(torch, seed):
     """A 16-query case on the GPU with its eager decode and prompt outputs (no pending error word)."""
     _clean(torch)
-    q, kv, ids, width = _to_cuda(torch, testing.make_case("int8", 2100, 16, seed=seed))
+    q, kv, ids, width = sk.testing.to_torch(testing.make_case("int8", 2100, 16, seed=seed), "cuda")
     return q, kv, ids, width, sk.qsa_decode_attn(q, kv, ids, width), sk.qsa_prompt_attn(q, kv, ids, width)
 
 
@@ -202,7 +198,7 @@ def test_eight_threads_on_eight_streams_are_bitwise_equal(torch_cuda):
 def test_a_call_on_a_busy_side_stream_follows_its_producer(torch_cuda):
     torch = torch_cuda
     case = testing.make_case("int8", 2100, 16, seed=6)
-    q, kv, ids, width = _to_cuda(torch, case)
+    q, kv, ids, width = sk.testing.to_torch(case, "cuda")
     ref = sk.qsa_decode_attn(q, kv, ids, width)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
@@ -267,7 +263,7 @@ def test_the_torch_ops_allocate_nothing_per_call(gpu_case, torch_cuda):
 def test_opcheck_on_the_gpu(torch_cuda):
     torch = torch_cuda
     case = testing.make_case("int8", 600, 4, seed=9)
-    q, kv, ids, width = _to_cuda(torch, case)
+    q, kv, ids, width = sk.testing.to_torch(case, "cuda")
     args = (q, "int8", kv.k, kv.k_scale, kv.v, kv.v_scale, kv.page_table, ids, width)
     for name in ("qsa_prompt_attn", "qsa_decode_attn"):
         torch.library.opcheck(getattr(torch.ops.strata_kernels, name).default, args)
