@@ -19,8 +19,8 @@ set -uo pipefail
 # HEAD than the tree it was given), then the patch
 git diff --binary HEAD > /tmp/tree.diff
 git worktree add -f /tmp/rs HEAD > /dev/null 2>&1
-(cd /tmp/rs && { [ ! -s /tmp/tree.diff ] || git apply /tmp/tree.diff; } && git apply "$OLDPWD/docs/notes/flash-row-skip.patch") \
-  || { echo "flash-row-skip.patch does not apply"; exit 1; }
+(cd /tmp/rs && { [ ! -s /tmp/tree.diff ] || git apply /tmp/tree.diff; } \
+  && git apply "$OLDPWD/docs/notes/flash-row-skip.patch") || { echo "flash-row-skip.patch does not apply"; exit 1; }
 git apply docs/notes/flash-two-groups.patch || { echo "flash-two-groups.patch does not apply to this tree"; exit 1; }
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
