@@ -104,13 +104,15 @@ tree_at() {
   (cd "$1" && build_plugins "/tmp/b_$(basename "$1")" "/tmp/build_$(basename "$1").txt") || { echo "== $1: build failed"; return 1; }
 }
 # time_trees NAME=DIR ...: each kernel's GPU time at MAIN_SHAPES with each tree's plugins, alternated ROUNDS times
-# (the decode calls' variant CASE_VARIANT, default grouped).
+# (the decode calls' variant CASE_VARIANT, default grouped), each tree's run cut at TREE_TIMEOUT seconds (default 120:
+# a probe that hangs costs that, not the call).
 time_trees() {
   for r in $(seq "${ROUNDS:-2}"); do
     for nd in "$@"; do
       echo "== ${nd%%=*}"
-      (cd "${nd#*=}" && PYTHONPATH=${nd#*=} CASE_VARIANT=${CASE_VARIANT:-grouped} python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 \
-        1500x1500 2100x256 decode:32768x64 decode:32768x256} 2>&1 | grep -v -i warn)
+      (cd "${nd#*=}" && PYTHONPATH=${nd#*=} CASE_VARIANT=${CASE_VARIANT:-grouped} timeout "${TREE_TIMEOUT:-120}" \
+        python3 ci/grouped_kernels.py ${MAIN_SHAPES:-32768x2048 1500x1500 2100x256 decode:32768x64 decode:32768x256} \
+        2>&1 | grep -v -i warn)
     done
   done
 }
