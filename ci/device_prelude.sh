@@ -1,7 +1,9 @@
 # Sourced by the device scripts ci/gpu_pack.sh and ci/gpu_decode_grouped.sh (after they set STAGES): results under $OUT,
 # the tree on PYTHONPATH, has STAGE (is STAGE in $STAGES), `status` for the stages' exit codes, env.txt (date, GPU,
 # commit), and build_plugins DIR LOG: the loader and the CPU and sm_90 plugins at the geometries in GEOMS (default
-# (256, 12) and (128, 8)) built in DIR and installed into strata_kernels/plugins, the log in LOG (exits on failure).
+# (256, 12) and (128, 8)) built in DIR and installed into strata_kernels/plugins, the log in LOG (exits on failure);
+# parity_at VARIANT HDxG...: the parity test of VARIANT at each geometry (spec sizes, one rep) into $OUT/parity.txt,
+# its PASSED / FAIL lines shown.
 set -uo pipefail
 OUT=${OUT:-/tmp/strata-out}
 mkdir -p "$OUT"
@@ -16,4 +18,13 @@ build_plugins() {
   MAX_JOBS=16 STRATA_KERNELS_BUILD_DIR=$1 STRATA_TARGETS="cpu;sm_90" STRATA_ONLY_GEOMETRIES=${GEOMS:-256x12,128x8} \
     python3 -c "from strata_kernels import build; build.build(with_loader=True, install_dir='strata_kernels/plugins')" \
     > "$2" 2>&1 || { echo "build failed"; tail -30 "$2"; exit 1; }
+}
+parity_at() {
+  local variant=$1 geo
+  shift
+  for geo in "$@"; do
+    timeout 300 python3 -m strata_kernels parity --device cuda --variant "$variant" --head-dim "${geo%x*}" \
+      --group "${geo#*x}" --reps 1 >> "$OUT/parity.txt" 2>&1
+  done
+  grep -E "PASSED|FAIL" "$OUT/parity.txt" | tail -$(( 2 * $# ))
 }

@@ -35,12 +35,7 @@ timeout 300 python3 -m pytest tests/gpu/test_flash_decode.py -q -p no:cacheprovi
 tail -1 "$OUT/tests.txt"
 in_rs timeout 300 python3 -m pytest tests/gpu/test_flash_decode.py -q -p no:cacheprovider > "$RS/tests.txt" 2>&1
 tail -1 "$RS/tests.txt"
-for geo in "256 12" "128 4"; do
-  set -- $geo
-  timeout 300 python3 -m strata_kernels parity --device cuda --variant flash --head-dim "$1" --group "$2" --reps 1 \
-    >> "$OUT/parity.txt" 2>&1
-done
-grep -E "PASSED|FAIL" "$OUT/parity.txt" | tail -4
+parity_at flash 256x12 128x4
 in_rs timeout 300 python3 -m strata_kernels parity --device cuda --variant flash --reps 1 > "$RS/parity.txt" 2>&1
 grep -E "PASSED|FAIL" "$RS/parity.txt" | tail -2
 SHAPES=${SHAPES:-4096x1,32768x1,32768x2,32768x3,32768x8}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 10, prompt notes items 28-29: the `gpair` variant (docs/notes/gpair.patch: grouped_ws with two queries' groups
+# a gathered tile, each consumer warpgroup the whole head for its own 64 of 128 rows; compiled for sm_90a, never run)
+# on the lent GPU, in one call of ~8 minutes. Applies the patch to the tree and builds the loader and the CPU and sm_90
+# plugins at (256, 12) and (128, 8); then, in order:
+# - a quick check against `fp32` (prompt and decode calls, holes, both geometries; two calls' bits compared), which
+#   shows a hang or a wrong answer first (quick.txt);
+# - each kernel's GPU time (ci/grouped_kernels.py) of `grouped` and `gpair` alternated at the prompt's shapes and two
+#   decode calls (kernels.txt);
+# - the bench of both (and `auto`) with the grouped gather floor (bench_prompt.*, bench_decode.*);
+# - the parity test of `gpair` at (256, 12) and (128, 8) (parity.txt);
+# - compute-sanitizer memcheck and racecheck of gpair's prompt and decode calls (sanitizer*.txt).
+# Usage (the device's run): bash ci/gpu_gpair.sh
+set -uo pipefail
+git apply docs/notes/gpair.patch || { echo "gpair.patch does not apply to this tree"; exit 1; }
+# shellcheck disable=SC1091
+. ci/device_prelude.sh
+device_env > /dev/null
+GEOMS=256x12,128x8 build_plugins /tmp/b0 "$OUT/build.txt"
+timeout 180 python3 - <<'PY' 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
+import numpy as np
+import torch
+import strata_kernels as sk
+from strata_kernels import testing
+for hd, g in [(256, 12), (128, 8)]:
+    for ctx, n_q, op in [(4096, 64, "prompt"), (2100, 300, "prompt"), (1500, 23, "prompt"), (4096, 64, "decode"),
+                         (32768, 256, "decode")]:
+        case = testing.make_case("int8", ctx, n_q, holes=True, head_dim=hd, group=g)
+        q, kv, ids, w = testing.to_torch(case, "cuda")
+        fn = sk.qsa_decode_attn if op == "decode" else sk.qsa_prompt_attn
+        a = fn(q, kv, ids, w, variant="gpair").cpu().numpy()
+        a2 = fn(q, kv, ids, w, variant="gpair").cpu().numpy()
+        b = fn(q, kv, ids, w, variant="fp32").cpu().numpy()
+        s = float(np.abs(b).max())
+        print(f"({hd}, {g}) {op} {ctx}x{n_q}: max |gpair - fp32| / scale {float(np.abs(a - b).max()) / s:.2e}, "
+              f"finite {bool(np.isfinite(a).all())}, repeat identical {bool(np.array_equal(a, a2))}", flush=True)
+PY
+for r in 1 2; do
+  for v in grouped gpair; do
+    echo "== $v"
+    CASE_PROMPT_VARIANT=$v CASE_VARIANT=$v timeout 150 python3 ci/grouped_kernels.py 32768x2048 131072x2048 \
+      1500x1500 2100x256 decode:32768x64 decode:32768x256 2>&1 | grep -v -i warn
+  done
+done | tee "$OUT/kernels.txt"
+timeout 200 python3 -m strata_kernels bench --device cuda --variant grouped,gpair --reps 10 \
+  --shapes 32768x2048,131072x2048,1500x1500,2100x256 --methods plugin,gather-floor-grouped \
+  --json "$OUT/bench_prompt.json" > "$OUT/bench_prompt.txt" 2>&1
+grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_prompt.txt" | head -20
+timeout 150 python3 -m strata_kernels bench --op decode --device cuda --variant auto,grouped,gpair --format int8 \
+  --shapes 32768x64,32768x128,32768x256 --reps 20 --methods plugin --json "$OUT/bench_decode.json" \
+  > "$OUT/bench_decode.txt" 2>&1
+grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_decode.txt" | head -20
+parity_at gpair 256x12 128x8
+# shellcheck disable=SC1091
+. ci/sanitize.sh
+run_sanitizers 150 python3 -c "
+import torch, strata_kernels as sk
+from strata_kernels import testing
+for ctx, n_q in [(2100, 300), (4096, 64)]:
+    q, kv, ids, w = testing.to_torch(testing.make_case('int8', ctx, n_q, holes=True, width0=True), 'cuda')
+    sk.qsa_prompt_attn(q, kv, ids, w, variant='gpair')
+    sk.qsa_decode_attn(q, kv, ids, w, variant='gpair')
+torch.cuda.synchronize()
+print('sanitizer workload done')"
+git apply -R docs/notes/gpair.patch
