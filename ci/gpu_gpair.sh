@@ -10,12 +10,21 @@
 # - the bench of both (and `auto`) with the grouped gather floor (bench_prompt.*, bench_decode.*);
 # - the parity test of `gpair` at (256, 12) (parity.txt; (128, 8) had the quick check only);
 # - compute-sanitizer memcheck and racecheck of gpair's prompt and decode calls (sanitizer*.txt).
+# PROFILE=1: instead of all that, a source-level ncu profile of gpair's attention kernel and union pre-pass at
+# 32768 x 2048 (ci/grouped_profile.sh; ~3 minutes), for the notes' "where its time goes".
 # Usage (the device's run): bash ci/gpu_gpair.sh
 set -uo pipefail
 git apply docs/notes/gpair.patch || { echo "gpair.patch does not apply to this tree"; exit 1; }
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
 device_env > /dev/null
+if [ "${PROFILE:-0}" = 1 ]; then
+  GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
+  KERNELS="grouped_ws_kernel grouped_union_kernel" \
+    CASE="env CASE_PROMPT_VARIANT=gpair python3 ci/grouped_case.py 32768x2048" bash ci/grouped_profile.sh
+  git apply -R docs/notes/gpair.patch
+  exit 0
+fi
 GEOMS=256x12,128x8 build_plugins /tmp/b0 "$OUT/build.txt"
 timeout 180 python3 - <<'PY' 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
 import numpy as np
