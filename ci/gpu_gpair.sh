@@ -9,7 +9,8 @@
 #   2 and 4) alternated at the prompt's shapes and two decode calls (kernels.txt);
 # - the bench of both (and `auto`) with the grouped gather floor (bench_prompt.*, bench_decode.*);
 # - the parity test of `gpair` at (256, 12) (parity.txt; (128, 8) had the quick check only);
-# - compute-sanitizer memcheck and racecheck of gpair's prompt and decode calls (sanitizer*.txt).
+# - compute-sanitizer memcheck and racecheck of gpair's prompt and decode calls (sanitizer*.txt);
+# - gpair with the other register split (gpair-72.patch on top), at two shapes (kernels72.txt).
 # PROFILE=1: instead of all that, a source-level ncu profile of gpair's attention kernel and union pre-pass at
 # 32768 x 2048 (ci/grouped_profile.sh; ~3 minutes), for the notes' "where its time goes".
 # Usage (the device's run): bash ci/gpu_gpair.sh
@@ -73,4 +74,13 @@ for ctx, n_q in [(2100, 300), (4096, 64)]:
     sk.qsa_decode_attn(q, kv, ids, w, variant='gpair')
 torch.cuda.synchronize()
 print('sanitizer workload done')"
+# Last (a call that runs out of time loses only this): the other register split, producer 72 / consumers 216
+# (docs/notes/gpair-72.patch: no producer spills, 14 local operations in the consumers' loop against 22 and 6),
+# gpair's kernels timed again beside the first split's (kernels.txt) at two shapes.
+if git apply docs/notes/gpair-72.patch && GEOMS=256x12 build_plugins /tmp/b72 "$OUT/build72.txt"; then
+  echo "== gpair, producer 72 / consumers 216"
+  CASE_PROMPT_VARIANT=gpair CASE_VARIANT=gpair timeout 60 python3 ci/grouped_kernels.py 32768x2048 decode:32768x64 \
+    2>&1 | grep -v -i warn | tee "$OUT/kernels72.txt"
+  git apply -R docs/notes/gpair-72.patch
+fi
 git apply -R docs/notes/gpair.patch
