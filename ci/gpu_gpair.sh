@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 10, prompt notes items 28-29: the `gpair` variant (docs/notes/gpair.patch: grouped_ws with two queries' groups
 # a gathered tile, each consumer warpgroup the whole head for its own 64 of 128 rows; compiled for sm_90a, never run)
-# on the lent GPU, in one call of ~9 minutes. Applies the patch to the tree and builds the loader and the CPU and sm_90
+# on the lent GPU, in one call of ~10 minutes. Applies the patch to the tree and builds the loader and the CPU and sm_90
 # plugins at (256, 12) and (128, 8); then, in order:
 # - a quick check against `fp32` (prompt and decode calls, holes, both geometries; two calls' bits compared), which
 #   shows a hang or a wrong answer first (quick.txt);
