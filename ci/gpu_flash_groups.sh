@@ -36,8 +36,7 @@ tail -1 "$OUT/tests.txt"
 in_rs timeout 300 python3 -m pytest tests/gpu/test_flash_decode.py -q -p no:cacheprovider > "$RS/tests.txt" 2>&1
 tail -1 "$RS/tests.txt"
 parity_at flash 256x12 128x4
-in_rs timeout 300 python3 -m strata_kernels parity --device cuda --variant flash --reps 1 > "$RS/parity.txt" 2>&1
-grep -E "PASSED|FAIL" "$RS/parity.txt" | tail -2
+(OUT="$RS"; in_rs parity_at flash 256x12)
 SHAPES=${SHAPES:-4096x1,32768x1,32768x2,32768x3,32768x8}
 for fmt in int8 fp16; do
   for form in 1 rs 2 1 rs 2; do
@@ -59,6 +58,6 @@ done | tee -a "$OUT/time.txt"
 # shellcheck disable=SC1091
 . ci/sanitize.sh
 STRATA_DECODE_FLASH_GROUPS=2 run_sanitizers 150 python3 ci/decode_case.py 4096x1,200x3
-in_rs env OUT="$RS" bash -c '. ci/sanitize.sh && run_sanitizers 120 python3 ci/decode_case.py 4096x1,200x3'
+(OUT="$RS"; in_rs run_sanitizers 120 python3 ci/decode_case.py 4096x1,200x3)
 git apply -R docs/notes/flash-two-groups.patch
 git worktree remove -f /tmp/rs
