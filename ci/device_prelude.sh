@@ -3,10 +3,19 @@
 # commit), and build_plugins DIR LOG: the loader and the CPU and sm_90 plugins at the geometries in GEOMS (default
 # (256, 12) and (128, 8)) built in DIR and installed into strata_kernels/plugins, the log in LOG (exits on failure);
 # parity_at VARIANT HDxG...: the parity test of VARIANT at each geometry (spec sizes, one rep) into $OUT/parity.txt,
-# its PASSED / FAIL lines shown.
+# its PASSED / FAIL lines shown. At the exit of the script that sourced it first (not of scripts it runs), everything
+# under $OUT is packed into $OUT/out.tgz: the device's run brings back at most 8 files (2026-12-05: a call's parity,
+# sanitizer and test files were left on the device).
 set -uo pipefail
 OUT=${OUT:-/tmp/strata-out}
 mkdir -p "$OUT"
+export STRATA_PACK_OWNER=${STRATA_PACK_OWNER:-$$}
+pack_out() {
+  [ "$STRATA_PACK_OWNER" = "$$" ] && [ -d "$OUT" ] || return 0
+  (cd "$OUT" && tar czf /tmp/strata-out.tgz --exclude=./out.tgz . && find . -mindepth 1 -delete \
+    && mv /tmp/strata-out.tgz out.tgz)
+}
+trap pack_out EXIT
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 status=0

@@ -1,63 +1,53 @@
 #!/usr/bin/env bash
-# Issue 12, one query: two forms of flash on the lent GPU, compiled here for sm_90a and sm_80 and never run, in one
-# call of ~6 minutes:
-# - the blocks in two warp groups (docs/notes/flash-two-groups.patch), applied to the tree, built at (256, 12) and
-#   (128, 4);
-# - the one-group kernel's row table skipping the batch entries no thread holds (docs/notes/flash-row-skip.patch), in
-#   a worktree of the tree at /tmp/rs, built at (256, 12).
-# In order: both builds (the loader and the CPU and sm_90 plugins); flash's GPU tests in each tree (the two-group
-# patch's test forces one and two groups); the flash variant's parity test (both geometries; the row skip's at
-# (256, 12)); decode times (CUDA-graph replay, ci/decode_splits.py) of one group (main's kernel), the row skip and two
-# groups alternated (STRATA_DECODE_FLASH_GROUPS, read once a process), INT8 and FP16, and two groups at 17 / 22 / 33
-# splits; last, compute-sanitizer memcheck and racecheck of two-group calls and of the row skip (33 splits of 2
-# tiles, then splits of 2 and 1 tiles), so that a call that runs out of time loses only those.
-# Results under $OUT: env.txt, build.txt, tests.txt, parity.txt, time.txt, sanitizer*.txt; the row skip's build, test,
-# parity and sanitizer files under rs/.
+# Issue 12, one query: flash as landed (two warp groups a block where the grid fills at most half the multiprocessors,
+# not FP16; the row table's skip in both forms) on the lent GPU, in one call of ~8 minutes. Builds the loader and the
+# CPU and sm_90 plugins at (256, 12) and (128, 4); then, in order:
+# - flash's GPU tests (tests.txt; one test forces one and two groups and compares them);
+# - the flash variant's parity test at both geometries (parity.txt);
+# - the decode bench at 1, 8, 64 and 256 queries (ctx 4096, 32768, 131072), INT8 and FP16 at one query, beside the
+#   copy of the same bytes, by default and with one group forced (STRATA_DECODE_FLASH_GROUPS=1, read once a process)
+#   (bench_decode*.txt / .json);
+# - compute-sanitizer memcheck and racecheck of flash's one-query (two groups) and three-query calls (sanitizer*.txt);
+# - RACE=1 (default): racecheck of main's `grouped` under the workload whose gpair racecheck showed hazards
+#   (grouped_race*.txt), to tell gpair's hazards from the tool's reading of the warp-specialized hand-offs.
 # Usage (the device's run): bash ci/gpu_flash_groups.sh
 set -uo pipefail
-# the row skip's tree: a worktree of HEAD with the tree's tracked changes (the device's checkout may show an older
-# HEAD than the tree it was given), then the patch
-git diff --binary HEAD > /tmp/tree.diff
-git worktree add -f /tmp/rs HEAD > /dev/null 2>&1
-(cd /tmp/rs && { [ ! -s /tmp/tree.diff ] || git apply /tmp/tree.diff; } \
-  && git apply "$OLDPWD/docs/notes/flash-row-skip.patch") || { echo "flash-row-skip.patch does not apply"; exit 1; }
-git apply docs/notes/flash-two-groups.patch || { echo "flash-two-groups.patch does not apply to this tree"; exit 1; }
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
 device_env > /dev/null
-RS="$OUT/rs"
-mkdir -p "$RS"
 GEOMS=256x12,128x4 build_plugins /tmp/b0 "$OUT/build.txt"
-(cd /tmp/rs && GEOMS=256x12 build_plugins /tmp/b_rs "$RS/build.txt")
-# in_rs COMMAND...: COMMAND in the row skip's tree, its package first on the path
-in_rs() { (cd /tmp/rs && PYTHONPATH=/tmp/rs "$@"); }
 timeout 300 python3 -m pytest tests/gpu/test_flash_decode.py -q -p no:cacheprovider > "$OUT/tests.txt" 2>&1
 tail -1 "$OUT/tests.txt"
-in_rs timeout 300 python3 -m pytest tests/gpu/test_flash_decode.py -q -p no:cacheprovider > "$RS/tests.txt" 2>&1
-tail -1 "$RS/tests.txt"
 parity_at flash 256x12 128x4
-(OUT="$RS"; in_rs parity_at flash 256x12)
-SHAPES=${SHAPES:-4096x1,32768x1,32768x2,32768x3,32768x8}
-for fmt in int8 fp16; do
-  for form in 1 rs 2 1 rs 2; do
-    if [ "$form" = rs ]; then
-      echo "== one group, row skip"
-      in_rs python3 ci/decode_splits.py flash "$SHAPES" "$fmt" 2>&1 | grep -v -i warn
-    else
-      echo "== groups $form"
-      STRATA_DECODE_FLASH_GROUPS=$form python3 ci/decode_splits.py flash "$SHAPES" "$fmt" 2>&1 | grep -v -i warn
-    fi
-  done
-done | tee "$OUT/time.txt"
-# Fewer splits of more tiles with two groups (the merge's rounds against the blocks' tiles), INT8, one and two queries
-for splits in 17 22 33; do
-  echo "== groups 2, splits $splits"
-  STRATA_DECODE_FLASH_GROUPS=2 STRATA_DECODE_FLASH_SPLITS=$splits python3 ci/decode_splits.py flash \
-    4096x1,32768x1,32768x2 int8 2>&1 | grep -v -i warn
-done | tee -a "$OUT/time.txt"
+bench() {  # bench NAME ARGS...: the decode bench into $OUT/NAME.txt / .json, its rows shown
+  local name=$1
+  shift
+  timeout 200 python3 -m strata_kernels bench --op decode --device cuda --reps 20 --methods plugin,copy-floor \
+    --json "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
+  echo "== $name"
+  grep -E "^[0-9]+x[0-9]+ " "$OUT/$name.txt"
+}
+SHAPES=4096x1,32768x1,131072x1,4096x8,32768x8,131072x8,32768x64,131072x64,32768x256
+bench bench_decode --variant auto,flash --format int8 --shapes "$SHAPES"
+STRATA_DECODE_FLASH_GROUPS=1 bench bench_decode_one_group --variant flash --format int8 \
+  --shapes 4096x1,32768x1,131072x1
+for fmt in fp16 k8v4 q4_0; do
+  bench "bench_decode_$fmt" --variant flash --format $fmt --shapes 4096x1,32768x1
+  STRATA_DECODE_FLASH_GROUPS=1 bench "bench_decode_${fmt}_one_group" --variant flash --format $fmt \
+    --shapes 4096x1,32768x1
+done
 # shellcheck disable=SC1091
 . ci/sanitize.sh
-STRATA_DECODE_FLASH_GROUPS=2 run_sanitizers 150 python3 ci/decode_case.py 4096x1,200x3
-(OUT="$RS"; in_rs run_sanitizers 120 python3 ci/decode_case.py 4096x1,200x3)
-git apply -R docs/notes/flash-two-groups.patch
-git worktree remove -f /tmp/rs
+run_sanitizers 150 python3 ci/decode_case.py 4096x1,200x3
+if [ "${RACE:-1}" = 1 ]; then
+  mkdir -p "$OUT/grouped_race"
+  (OUT="$OUT/grouped_race"; run_sanitizers 120 python3 -c "
+import torch, strata_kernels as sk
+from strata_kernels import testing
+for ctx, n_q in [(2100, 300), (4096, 64)]:
+    q, kv, ids, w = testing.to_torch(testing.make_case('int8', ctx, n_q, holes=True, width0=True), 'cuda')
+    sk.qsa_prompt_attn(q, kv, ids, w, variant='grouped')
+    sk.qsa_decode_attn(q, kv, ids, w, variant='grouped')
+torch.cuda.synchronize()
+print('sanitizer workload done')")
+fi

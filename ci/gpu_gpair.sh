@@ -11,7 +11,8 @@
 # - the parity test of `gpair` at (256, 12) (parity.txt; (128, 8) had the quick check only);
 # - compute-sanitizer memcheck and racecheck of gpair's prompt and decode calls (sanitizer*.txt);
 # - gpair with the other register split (gpair-72.patch on top), at two shapes (kernels72.txt).
-# PROFILE=1: instead of all that, a source-level ncu profile of gpair's attention kernel and union pre-pass at
+# RACE=1: instead of all that, gpair's racecheck hazards in detail (see that branch). PROFILE=1: instead of all that, a
+# source-level ncu profile of gpair's attention kernel and union pre-pass at
 # 32768 x 2048 (ci/grouped_profile.sh; ~3 minutes), for the notes' "where its time goes".
 # Usage (the device's run): bash ci/gpu_gpair.sh
 set -uo pipefail
@@ -19,6 +20,36 @@ git apply docs/notes/gpair.patch || { echo "gpair.patch does not apply to this t
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
 device_env > /dev/null
+if [ "${RACE:-0}" = 1 ]; then
+  # RACE=1 (~4 minutes): gpair's racecheck hazards (46 at 2100 x 300 and 4096 x 64, none for grouped's kernel under
+  # the same calls) in detail, prompt and decode calls apart, with every hazard's threads and address; the same with
+  # racecheck's indirect barrier dependencies; gpair's CUDA-graph replay at 32768 x 2048 (failed before the union
+  # scratch stopped freeing inside a capture); flash's and the call path's GPU tests (the workspace change).
+  GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
+  timeout 150 python3 -m strata_kernels bench --device cuda --variant grouped,gpair --reps 10 \
+    --shapes 32768x2048,1500x1500 --methods plugin --json "$OUT/bench_prompt.json" > "$OUT/bench_prompt.txt" 2>&1
+  grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_prompt.txt"
+  for op in prompt decode; do
+    for extra in "" "--racecheck-indirect-barrier-dependency yes"; do
+      name=race_$op${extra:+_indirect}
+      # shellcheck disable=SC2086
+      timeout 150 compute-sanitizer --tool racecheck --racecheck-report all --print-limit 40 $extra python3 -c "
+import torch, strata_kernels as sk
+from strata_kernels import testing
+for ctx, n_q in [(2100, 300), (4096, 64)]:
+    q, kv, ids, w = testing.to_torch(testing.make_case('int8', ctx, n_q, holes=True, width0=True), 'cuda')
+    getattr(sk, 'qsa_${op}_attn')(q, kv, ids, w, variant='gpair')
+torch.cuda.synchronize()
+print('sanitizer workload done')" > "$OUT/$name.txt" 2>&1
+      echo "$name: exit $?; $(grep -E 'RACECHECK SUMMARY' "$OUT/$name.txt")"
+    done
+  done
+  timeout 240 python3 -m pytest tests/gpu/test_callpath_gpu.py tests/gpu/test_flash_decode.py -q -p no:cacheprovider \
+    > "$OUT/tests.txt" 2>&1
+  tail -1 "$OUT/tests.txt"
+  git apply -R docs/notes/gpair.patch
+  exit 0
+fi
 if [ "${PROFILE:-0}" = 1 ]; then
   GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
   KERNELS="grouped_ws_kernel grouped_union_kernel" \

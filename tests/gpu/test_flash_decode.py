@@ -1,7 +1,11 @@
 """The flash decode kernel (issue 12) on the GPU: every format against the FP64 oracle and the chunk + merge decode
 (QSA_SPEC §6.5 checks 1-2), one split and many, masked cells (holes, width 0, garbage past the width), out-of-range
 ids and page entries, bitwise repeatability, and that it is the decode default on sm_80+ (grouped where a call's
-queries fill at least 16 of its blocks)."""
+queries fill at least 16 of its blocks), and that its one- and two-warp-group blocks agree."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -96,3 +100,36 @@ def test_a_decode_call_of_many_queries_runs_grouped_and_matches_fp64(to_cuda, to
     err, err32 = float(np.abs(out - ref).max()), float(np.abs(f32 - ref).max())
     assert err <= max(4 * err32, 1e-6 * scale), f"{fmt}: {w.variant} {err:.3e}, fp32 {err32:.3e}, scale {scale:.3e}"
     assert float(np.abs(out - fl).max()) <= 1e-4 * scale
+
+
+_GROUPS = """
+import sys, numpy as np, strata_kernels as sk
+from strata_kernels import testing
+outs = []
+for fmt in ("int8", "fp16", "q4_0", "k8v4"):
+    for ctx, n_q in ((4096, 1), (2100, 2), (200, 3)):  # 33 splits of 2 tiles; 2 queries; splits of 2 and 1 tiles
+        q, kv, ids, width = testing.to_torch(testing.make_case(fmt, ctx, n_q), "cuda")
+        a = sk.qsa_decode_attn(q, kv, ids, width, variant="flash")
+        assert (a == sk.qsa_decode_attn(q, kv, ids, width, variant="flash")).all(), (fmt, ctx, n_q)
+        outs.append(a.cpu().numpy().ravel())
+np.save(sys.argv[1], np.concatenate(outs))
+"""
+
+
+def test_flash_one_and_two_warp_groups_a_block_agree(tmp_path, torch_cuda):
+    """Where a decode grid fills at most half the multiprocessors (one query), flash's blocks on sm_90 take a split's
+    tiles in two warp groups and join them at the end (not FP16); STRATA_DECODE_FLASH_GROUPS (read once a process)
+    forces one form or the other, every format. Both are repeatable bit for bit and agree to FP32 level (the default
+    form of each call is checked against FP64 by the tests above)."""
+    if torch_cuda.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the two-group blocks are built for sm_90 only (backends/cuda.toml's smem_160k)")
+    outs = {}
+    for groups in ("1", "2"):
+        path = tmp_path / f"groups{groups}.npy"
+        r = subprocess.run([sys.executable, "-c", _GROUPS, str(path)], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "STRATA_DECODE_FLASH_GROUPS": groups})
+        assert r.returncode == 0, r.stdout + r.stderr
+        outs[groups] = np.load(path)
+    scale = float(np.abs(outs["1"]).max())
+    assert np.isfinite(outs["2"]).all()
+    assert float(np.abs(outs["1"] - outs["2"]).max()) <= 1e-5 * scale
