@@ -338,3 +338,43 @@ def test_cuda_q_and_out_off_a_16_byte_boundary_are_refused_before_any_kernel(gpu
     out = torch.empty_like(q)
     assert torch.equal(p.run(q, ids, width, out=out), sk.qsa_decode_attn(q, kv, ids, width))
     _clean(torch)
+
+
+@pytest.mark.parametrize("op,variant", [("prompt", "grouped"), ("decode", "flash")])
+def test_graphs_captured_while_the_plugins_own_scratch_grows_replay_as_eager(torch_cuda, op, variant):
+    """A call given no scratch takes the plugin's own buffer: grouped's union buffer of its stream, flash's decode
+    workspace of its device. A capture that needs more than an earlier capture on the same stream grows that buffer
+    inside the capture; the new buffer is allocated and the old one kept (no sync or free inside a capture, which
+    would break it, and the first graph still holds the old one), so both graphs replay as the eager calls."""
+    torch = torch_cuda
+    from strata_kernels import ops
+    _clean(torch)
+    code = ops._OP_PROMPT if op == "prompt" else ops._OP_DECODE
+    s = torch.cuda.Stream()
+    calls = []
+    for n_q, ctx in ((16, 2100), (300, 4096)):  # the second needs the larger union and workspace
+        q, kv, ids, width = sk.testing.to_torch(testing.make_case("int8", ctx, n_q, seed=n_q), "cuda")
+        c = ops._check_call(q, kv, ids, width, code)
+        plugin = ops._plugin_for_call(c)
+        bad = ops._framework_alloc(q, (2,), "int64", ops._INT64_MAX)
+        out = torch.zeros_like(q)
+
+        def call(stream, c=c, kv=kv, plugin=plugin, bad=bad, out=out):
+            st, msg = plugin.call(code, variant, kv.format_code, c.q, out, c.ids, c.width, c.width_stride,
+                                  kv.page_table, kv.k, kv.v, kv.k_scale, kv.v_scale, kv.n_head_kv, kv.head_dim,
+                                  c.group, kv.n_phys_pages, None, bad, 0, stream)
+            assert st == 0, msg
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            call(s.cuda_stream)
+        calls.append((g, call, out))
+    for g, call, out in calls:  # the first graph after the second was captured
+        out.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        replayed = out.clone()
+        call(torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        assert torch.count_nonzero(replayed) > 0
+        assert torch.equal(replayed, out)
+    _clean(torch)
