@@ -21,10 +21,12 @@ git apply docs/notes/gpair.patch || { echo "gpair.patch does not apply to this t
 . ci/device_prelude.sh
 device_env > /dev/null
 if [ "${RACE:-0}" = 1 ]; then
-  # RACE=1 (~4 minutes): gpair's racecheck hazards (46 at 2100 x 300 and 4096 x 64, none for grouped's kernel under
-  # the same calls) in detail, prompt calls first, with every hazard's threads and address; gpair's CUDA-graph replay
-  # at 32768 x 2048 (failed before the union scratch stopped freeing inside a capture); the call path's graph tests
-  # (the scratch change); decode calls' hazards; prompt calls' with racecheck's indirect barrier dependencies.
+  # RACE=1 (~6 minutes): gpair's racecheck hazards (46 at 2100 x 300 and 4096 x 64, none for grouped's kernel under
+  # the same calls) in detail, prompt calls, with every hazard's threads and address; then the form of
+  # docs/notes/gpair-rows.patch (consumer 1's MMA rows clear of the padding rows): a quick check against fp32, its
+  # prompt calls' hazards, its kernel times beside grouped's, its CUDA-graph replay at 32768 x 2048 (failed before the
+  # union scratch stopped freeing inside a capture), the call path's graph tests (the scratch change), decode calls'
+  # hazards, and prompt calls' with racecheck's indirect barrier dependencies.
   GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
   # race NAME OP [racecheck options]: racecheck of gpair's OP calls at 2100 x 300 and 4096 x 64 (holes, a width-0
   # query), every hazard listed (threads, shared address), into $OUT/NAME.txt
@@ -43,14 +45,36 @@ print('sanitizer workload done')" > "$OUT/$name.txt" 2>&1
     grep -m 12 -E "hazard detected at|Write Thread|Read Thread" "$OUT/$name.txt"
   }
   race race_prompt prompt
+  # gpair-rows.patch: consumer 1's MMA rows end at row 119, so that no MMA reads the padding rows the per-tile arrays
+  # live in (prompt notes item 31's candidate); correct, clean, as fast?
+  git apply docs/notes/gpair-rows.patch || { echo "gpair-rows.patch does not apply"; exit 1; }
+  GEOMS=256x12 build_plugins /tmp/b1 "$OUT/build_rows.txt"
+  timeout 120 python3 - <<'PY' 2>&1 | grep -v -i warn | tee "$OUT/quick_rows.txt"
+import numpy as np
+import strata_kernels as sk
+from strata_kernels import testing
+for ctx, n_q, op in [(4096, 64, "prompt"), (2100, 300, "prompt"), (1500, 23, "prompt"), (4096, 64, "decode")]:
+    q, kv, ids, w = testing.to_torch(testing.make_case("int8", ctx, n_q, holes=True), "cuda")
+    fn = sk.qsa_decode_attn if op == "decode" else sk.qsa_prompt_attn
+    a = fn(q, kv, ids, w, variant="gpair").cpu().numpy()
+    b = fn(q, kv, ids, w, variant="fp32").cpu().numpy()
+    print(f"rows form {op} {ctx}x{n_q}: max |gpair - fp32| / scale {float(np.abs(a - b).max() / np.abs(b).max()):.2e}, "
+          f"finite {bool(np.isfinite(a).all())}", flush=True)
+PY
+  race race_prompt_rows prompt
+  for v in grouped gpair grouped gpair; do
+    echo "== $v (rows form)"
+    CASE_PROMPT_VARIANT=$v timeout 100 python3 ci/grouped_kernels.py 32768x2048 1500x1500 2>&1 | grep -v -i warn
+  done | tee "$OUT/kernels_rows.txt"
   timeout 100 python3 -m strata_kernels bench --device cuda --variant grouped,gpair --reps 10 \
     --shapes 32768x2048 --methods plugin --json "$OUT/bench_prompt.json" > "$OUT/bench_prompt.txt" 2>&1
   grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_prompt.txt"
   timeout 150 python3 -m pytest tests/gpu/test_callpath_gpu.py -q -p no:cacheprovider -k "graph" \
     > "$OUT/tests.txt" 2>&1
   tail -1 "$OUT/tests.txt"
-  race race_decode decode
-  race race_prompt_indirect prompt --racecheck-indirect-barrier-dependency yes
+  race race_decode_rows decode
+  race race_prompt_rows_indirect prompt --racecheck-indirect-barrier-dependency yes
+  git apply -R docs/notes/gpair-rows.patch
   git apply -R docs/notes/gpair.patch
   exit 0
 fi
