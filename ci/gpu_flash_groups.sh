@@ -41,13 +41,5 @@ done
 run_sanitizers 150 python3 ci/decode_case.py 4096x1,200x3
 if [ "${RACE:-1}" = 1 ]; then
   mkdir -p "$OUT/grouped_race"
-  (OUT="$OUT/grouped_race"; run_sanitizers 120 python3 -c "
-import torch, strata_kernels as sk
-from strata_kernels import testing
-for ctx, n_q in [(2100, 300), (4096, 64)]:
-    q, kv, ids, w = testing.to_torch(testing.make_case('int8', ctx, n_q, holes=True, width0=True), 'cuda')
-    sk.qsa_prompt_attn(q, kv, ids, w, variant='grouped')
-    sk.qsa_decode_attn(q, kv, ids, w, variant='grouped')
-torch.cuda.synchronize()
-print('sanitizer workload done')")
+  (OUT="$OUT/grouped_race"; run_sanitizers 120 python3 ci/holes_case.py grouped)
 fi

@@ -33,14 +33,8 @@ if [ "${RACE:-0}" = 1 ]; then
   race() {
     local name=$1 op=$2
     shift 2
-    timeout 120 compute-sanitizer --tool racecheck --racecheck-report all --print-limit 40 "$@" python3 -c "
-import torch, strata_kernels as sk
-from strata_kernels import testing
-for ctx, n_q in [(2100, 300), (4096, 64)]:
-    q, kv, ids, w = testing.to_torch(testing.make_case('int8', ctx, n_q, holes=True, width0=True), 'cuda')
-    getattr(sk, 'qsa_${op}_attn')(q, kv, ids, w, variant='gpair')
-torch.cuda.synchronize()
-print('sanitizer workload done')" > "$OUT/$name.txt" 2>&1
+    timeout 120 compute-sanitizer --tool racecheck --racecheck-report all --print-limit 40 "$@" \
+      python3 ci/holes_case.py gpair "$op" > "$OUT/$name.txt" 2>&1
     echo "$name: exit $?; $(grep -E 'RACECHECK SUMMARY' "$OUT/$name.txt")"
     grep -m 12 -E "hazard detected at|Write Thread|Read Thread" "$OUT/$name.txt"
   }
@@ -124,15 +118,7 @@ grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_decode.txt" | head -20
 parity_at gpair 256x12
 # shellcheck disable=SC1091
 . ci/sanitize.sh
-run_sanitizers 100 python3 -c "
-import torch, strata_kernels as sk
-from strata_kernels import testing
-for ctx, n_q in [(2100, 300), (4096, 64)]:
-    q, kv, ids, w = testing.to_torch(testing.make_case('int8', ctx, n_q, holes=True, width0=True), 'cuda')
-    sk.qsa_prompt_attn(q, kv, ids, w, variant='gpair')
-    sk.qsa_decode_attn(q, kv, ids, w, variant='gpair')
-torch.cuda.synchronize()
-print('sanitizer workload done')"
+run_sanitizers 100 python3 ci/holes_case.py gpair
 # Last (a call that runs out of time loses only this): the other register split, producer 72 / consumers 216
 # (docs/notes/gpair-72.patch: no producer spills, 14 local operations in the consumers' loop against 22 and 6),
 # gpair's kernels timed again beside the first split's (kernels.txt) at two shapes.
