@@ -11,7 +11,8 @@
 # - the parity test of `gpair` at (256, 12) (parity.txt; (128, 8) had the quick check only);
 # - compute-sanitizer memcheck and racecheck of gpair's prompt and decode calls (sanitizer*.txt);
 # - gpair with the other register split (gpair-72.patch on top), at two shapes (kernels72.txt).
-# RACE=1: instead of all that, gpair's racecheck hazards in detail (see that branch). PROFILE=1: instead of all that, a
+# RACE=1: instead of all that, gpair's racecheck hazards in detail (see that branch); RACE=2, probes of them.
+# PROFILE=1: instead of all that, a
 # source-level ncu profile of gpair's attention kernel and union pre-pass at
 # 32768 x 2048 (ci/grouped_profile.sh; ~3 minutes), for the notes' "where its time goes".
 # Usage (the device's run): bash ci/gpu_gpair.sh
@@ -20,6 +21,60 @@ git apply docs/notes/gpair.patch || { echo "gpair.patch does not apply to this t
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
 device_env > /dev/null
+if [ "${RACE:-0}" = 2 ]; then
+  # RACE=2 (~6 minutes; prompt notes item 31): RACE=1 found the hazards to be the producer's V-scale stores against
+  # every consumer's V-scale loads (pv_operand_regs), the rows form no different, and the scratch's graph test failing
+  # (a cudaMalloc refused inside a global-mode capture). Here: the graph tests with grow_alloc's relaxed capture mode;
+  # racecheck's options; gpair's synccheck; then racecheck of two probes of the V hand-off, alone and together:
+  # gpair-bar.patch (one barrier ID each for V-full and V-empty) and gpair-early.patch (the V-scale fold before the
+  # V-empty wait), each after a check against fp32.
+  GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
+  timeout 150 python3 -m pytest tests/gpu/test_callpath_gpu.py -q -p no:cacheprovider -k "graph" \
+    > "$OUT/tests.txt" 2>&1
+  echo "graph tests: $(tail -1 "$OUT/tests.txt")"
+  compute-sanitizer --help > "$OUT/sanitizer_help.txt" 2>&1
+  grep -i -A3 "indirect\|racecheck-report\|detect-level" "$OUT/sanitizer_help.txt"
+  # race2 NAME [options]: racecheck of gpair's prompt calls (ci/holes_case.py), its summary and first hazards
+  race2() {
+    local name=$1
+    shift
+    timeout 120 compute-sanitizer --tool racecheck --print-limit 12 "$@" python3 ci/holes_case.py gpair prompt \
+      > "$OUT/$name.txt" 2>&1
+    echo "$name: exit $?; $(grep -E 'RACECHECK SUMMARY' "$OUT/$name.txt")"
+    grep -m 4 -A2 -E "hazard detected" "$OUT/$name.txt" | grep -E "hazard|Thread"
+  }
+  # quick NAME: gpair against fp32 at two prompt shapes and a decode call
+  quick() {
+    timeout 120 python3 - "$1" <<'PY' 2>&1 | grep -v -i warn | tee -a "$OUT/quick.txt"
+import sys
+import numpy as np
+import strata_kernels as sk
+from strata_kernels import testing
+for ctx, n_q, op in [(4096, 64, "prompt"), (2100, 300, "prompt"), (4096, 64, "decode")]:
+    q, kv, ids, w = testing.to_torch(testing.make_case("int8", ctx, n_q, holes=True), "cuda")
+    fn = sk.qsa_decode_attn if op == "decode" else sk.qsa_prompt_attn
+    a = fn(q, kv, ids, w, variant="gpair").cpu().numpy()
+    b = fn(q, kv, ids, w, variant="fp32").cpu().numpy()
+    err = float(np.abs(a - b).max() / np.abs(b).max())
+    print(f"{sys.argv[1]} {op} {ctx}x{n_q}: max |gpair - fp32| / scale {err:.2e}, "
+          f"finite {bool(np.isfinite(a).all())}", flush=True)
+PY
+  }
+  race2 race_gpair
+  timeout 120 compute-sanitizer --tool synccheck python3 ci/holes_case.py gpair prompt > "$OUT/synccheck.txt" 2>&1
+  echo "synccheck: exit $?; $(grep -E 'ERROR SUMMARY' "$OUT/synccheck.txt")"
+  race2 race_gpair_indirect --racecheck-indirect-barrier-dependency
+  for probe in bar early "bar early"; do
+    name=${probe// /_}
+    for p in $probe; do git apply "docs/notes/gpair-$p.patch" || { echo "gpair-$p.patch does not apply"; exit 1; }; done
+    GEOMS=256x12 build_plugins "/tmp/b_$name" "$OUT/build_$name.txt"
+    quick "$name"
+    race2 "race_$name"
+    for p in $probe; do git apply -R "docs/notes/gpair-$p.patch"; done
+  done
+  git apply -R docs/notes/gpair.patch
+  exit 0
+fi
 if [ "${RACE:-0}" = 1 ]; then
   # RACE=1 (~6 minutes): gpair's racecheck hazards (46 at 2100 x 300 and 4096 x 64, none for grouped's kernel under
   # the same calls) in detail, prompt calls, with every hazard's threads and address; then the form of

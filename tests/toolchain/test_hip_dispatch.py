@@ -69,6 +69,10 @@ hipError_t hipDriverGetVersion(int *v) { *v = 50221; return hipSuccess; }
 hipError_t hipDeviceSynchronize(void) { return hipSuccess; }
 hipError_t hipMalloc(void **p, size_t n) { *p = std::malloc(n ? n : 1); return hipSuccess; }
 hipError_t hipFree(void *p) { std::free(p); return hipSuccess; }
+hipError_t hipThreadExchangeStreamCaptureMode(hipStreamCaptureMode *m) {  // grow_alloc: no capture here
+    *m = hipStreamCaptureModeGlobal;
+    return hipSuccess;
+}
 // The host words of the error report (common/host_words.inc.j2): plain host memory here.
 hipError_t hipHostMalloc(void **p, size_t n, unsigned int) { *p = std::malloc(n ? n : 1); return hipSuccess; }
 hipError_t hipHostGetDevicePointer(void **d, void *h, unsigned int) { *d = h; return hipSuccess; }
