@@ -3,7 +3,7 @@
 ci/grouped_profile.sh); ci/grouped_kernels.py imports `place` and `call`. CASE_OP=decode: the flash decode call
 instead (`CASE_OP=decode python3 ci/grouped_kernels.py 32768x1`: the GPU time of flash and its merge kernel).
 CASE_FMT: the KV format (default int8). CASE_VARIANT: the decode call's variant (default flash; `grouped` forces
-the prompt kernel onto the decode call). A shape written "decode:CTXxNQ" makes that shape's calls decode calls."""
+the prompt kernel onto the decode call). CASE_PROMPT_VARIANT: the prompt call's (default grouped). A shape written "decode:CTXxNQ" makes that shape's calls decode calls."""
 import os
 import sys
 
@@ -23,7 +23,7 @@ def call(args, op: str = "") -> None:
     if (op or os.environ.get("CASE_OP")) == "decode":
         sk.qsa_decode_attn(*args, variant=os.environ.get("CASE_VARIANT", "flash"))
     else:
-        sk.qsa_prompt_attn(*args, variant="grouped")
+        sk.qsa_prompt_attn(*args, variant=os.environ.get("CASE_PROMPT_VARIANT", "grouped"))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from .geometry import why_not as geometry_why_not
 # Variant facts (docs/variants.md)
 # ---------------------------------------------------------------------------------------------------------------
 DECODE_FAMILY = ("fp32", "fp32_pre75", "fp32_lanecell")          # the "old" algorithm and its bit-identical forms
-PROMPT_KERNELS = ("v1", "v2", "imma", "grouped", "v2t", "v70", "wmma", "wmma_fast", "wmma_i8", "rdna2")
+PROMPT_KERNELS = ("v1", "v2", "imma", "grouped", "v2t", "v70", "wmma", "wmma_fast", "wmma_i8", "rdna2", "gpair")
 DECODE_KERNELS = ("split", "flash")                               # decode operation only (cases 12, 13)
 KNOWN_VARIANTS = _TABLE_VARIANTS + ("fp64",)
 # The formats each variant takes come from targets.VARIANT_RULES (also rendered into the plugins' dispatch).

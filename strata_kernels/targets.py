@@ -18,7 +18,7 @@ from .geometry import Geometry, why_not as geometry_why_not
 # Every variant name the project knows (docs/operation.md). A table may only list names that a template provides.
 KNOWN_VARIANTS = (
     "fp32", "fp32_pre75", "fp32_lanecell", "v1", "v2", "imma", "v2t", "v70",
-    "wmma", "wmma_fast", "wmma_i8", "rdna2", "split", "grouped", "flash",
+    "wmma", "wmma_fast", "wmma_i8", "rdna2", "split", "grouped", "flash", "gpair",
 )
 
 # Which KV formats each variant accepts (docs/variants.md; codes 0 fp16, 1 int8, 2 q4_0, 3 k8v4), the compute
@@ -40,14 +40,15 @@ VARIANT_RULES = {
     "split": {"formats": (1,), "min_cc": 80, "ops": ("decode",)},
     "grouped": {"formats": (1, 0, 3, 2), "min_cc": 80, "ops": ("prompt", "decode")},
     "flash": {"formats": (0, 1, 2, 3), "min_cc": 80, "ops": ("decode",)},
+    "gpair": {"formats": (1,), "min_cc": 90, "ops": ("prompt", "decode")},
 }
 
 
 
-def grouped_queries(group: int) -> int:
-    """Queries per block of the grouped kernel: as many whole groups of G heads as fill its 64 rows, at most 32
-    (one membership bit each); cuda/grouped.cu.j2 computes the same NQ."""
-    return min(64 // group, 32)
+def grouped_queries(group: int, rows: int = 64) -> int:
+    """Queries per block of the grouped kernel: as many whole groups of G heads as fill its 64 rows (128 in the pair
+    form), at most 32 (one membership bit each); cuda/grouped.cu.j2 computes the same NQ."""
+    return min(rows // group, 32)
 
 
 _BACKEND_KEYS = {"name", "toolchain", "template_dirs", "source_ext"}

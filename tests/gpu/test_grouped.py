@@ -25,6 +25,16 @@ def _check(case, out, fp32, queries=None):
     return err / scale
 
 
+def _twice_checked(case, args, fp32, torch, label):
+    """Two grouped prompt calls: the same bits, the checks of _check, zeros for queries of width 0."""
+    a = sk.qsa_prompt_attn(*args, variant="grouped")
+    b = sk.qsa_prompt_attn(*args, variant="grouped")
+    assert torch.equal(a, b), f"{label}: two calls differ"
+    g = a.cpu().numpy()
+    _check(case, g, fp32)
+    assert (g[case.width == 0] == 0).all()
+
+
 def _check_k8v4(case, out, fp32):
     """§6.5 check 4: K8V4's V rounded to fp16 as gathered (as v1 does), so check 1 takes max(|out - ref| - B) with B
     the rounding budget, and check 2 widens by 2^-11 max|v| + 2^-25."""
@@ -100,14 +110,32 @@ def test_grouped_int8_packed(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
     f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
     for pack in ("0", "1"):
         monkeypatch.setenv("STRATA_GROUPED_PACK", pack)
-        a = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
-        b = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
-        assert torch_cuda.equal(a, b), f"STRATA_GROUPED_PACK={pack}: two calls differ"
-        g = a.cpu().numpy()
-        _check(case, g, f)
-        assert (g[case.width == 0] == 0).all()
+        _twice_checked(case, (q, kv, ids, width), f, torch_cuda, f"STRATA_GROUPED_PACK={pack}")
         d = sk.qsa_decode_attn(q, kv, ids, width, variant="grouped").cpu().numpy()
         _check(case, d, f)
+
+
+@pytest.mark.parametrize("ctx,n_q,kw", [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}),
+                                        (1500, 40, {"width0": True}), (65536, 24, {}), (200, 1, {}),
+                                        (2100, 300, {"holes": True}), (2100, 700, {})])
+def test_grouped_int8_pair_form(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
+    # INT8 prompts at (256, 12) on sm_90 run grouped's pair form from 256 queries (10 queries' 120 rows a gathered
+    # tile; cuda/dispatch.inc.j2, pair_form): forced at every size (STRATA_GROUPED_PAIR=1) and off (0), both meet the
+    # checks and repeat their bits, packed and not, with a first group that selected nothing; which() says the form.
+    case = testing.make_case("int8", ctx, n_q, **kw)
+    if n_q >= 20:
+        case.width[:10] = 0  # the first unit (10 queries) selects nothing
+    q, kv, ids, width = to_cuda(case)
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    for pair in ("0", "1"):
+        monkeypatch.setenv("STRATA_GROUPED_PAIR", pair)
+        for pack in ("0", "1"):
+            monkeypatch.setenv("STRATA_GROUPED_PACK", pack)
+            _twice_checked(case, (q, kv, ids, width), f, torch_cuda, f"STRATA_GROUPED_PAIR={pair}, PACK={pack}")
+    monkeypatch.delenv("STRATA_GROUPED_PAIR")
+    why = sk.which(q, kv, ids, width).reason
+    sm90 = torch_cuda.cuda.get_device_capability() == (9, 0)  # (make_case's geometry: (256, 12))
+    assert ("pair form" in why) == (sm90 and n_q >= 256), why
 
 
 @pytest.mark.parametrize("ctx,n_q,kw", [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}),

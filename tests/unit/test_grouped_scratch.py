@@ -40,10 +40,11 @@ def _pieces(units: int, sms: int, cap: int, max_slots: int) -> tuple[int, int]:
 
 
 def _launcher_bytes(n_q: int, cap: int, group: int, head_dim: int, n_head_kv: int, sms: int,
-                    packed: bool = True) -> int:
-    """The launcher's request (grouped.cu.j2, worst case: the union in global memory; packed: or the packed form's)."""
-    rows, max_slots = _constant("ROWS"), _constant("MAX_SLOTS")
-    nq = grouped_queries(group)
+                    packed: bool = True, rows: int = 0) -> int:
+    """The launcher's request (grouped.cu.j2, worst case: the union in global memory; packed: or the packed form's);
+    rows 128: the pair form's (variant gpair)."""
+    rows, max_slots = rows or _constant("ROWS"), _constant("MAX_SLOTS")
+    nq = grouped_queries(group, rows)
     groups = -(-n_q // nq)
     union = groups * nq * cap * 16 + groups * 4 + 64
     units = groups * n_head_kv
@@ -80,6 +81,16 @@ def test_the_piece_model_keeps_the_prompt_split_and_splits_decode_sized_calls():
 def test_plan_scratch_holds_what_the_launcher_asks(n_q, cap, group, head_dim, n_head_kv, sms):
     floats = ops.grouped_scratch_floats(n_q, cap, group, head_dim, n_head_kv)
     assert floats * 4 >= _launcher_bytes(n_q, cap, group, head_dim, n_head_kv, sms)
+
+
+@pytest.mark.parametrize("n_q", [2048, 1500, 256, 192, 64, 6, 65541])
+@pytest.mark.parametrize("sms", [1, 20, 132, 300])
+def test_plan_scratch_holds_the_pair_forms_request_at_256_12(n_q, sms):
+    # the CUDA dispatch runs grouped's INT8 prompts at (256, 12) in the pair form (128-row units of 10 queries)
+    assert re.search(r"constexpr int ROWS = 128;", SOURCE)
+    floats = ops.grouped_scratch_floats(n_q, 2051, 12, 256, 2)
+    assert floats * 4 >= _launcher_bytes(n_q, 2051, 12, 256, 2, sms, rows=128)
+    assert floats * 4 >= _launcher_bytes(n_q, 2051, 12, 256, 2, sms)
 
 
 def test_the_split_pieces_are_counted():

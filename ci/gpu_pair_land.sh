@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Issue 10, prompt notes item 33: grouped's pair form as it landed (cuda/gpair.cu.j2, the `pair` switch of
+# cuda/grouped_ws.inc.j2, the CUDA dispatch's pair_form: INT8 prompts at (256, 12) on sm_90 from 256 queries) on the
+# lent GPU, in one call of ~5 minutes. Builds the loader and the CPU and sm_90 plugins at (256, 12); then, in order:
+# - compute-sanitizer memcheck and racecheck of the pair form's prompt calls (STRATA_GROUPED_PAIR=1, holes, a width-0
+#   query) (sanitizer*.txt; call2 also carried a fallback probe for hazards, ci/pair-cons.patch, not needed and gone);
+# - a check against fp32: grouped with the form by the rule, forced and off, two calls' bits, which() (quick.txt);
+# - each kernel's GPU time with the form on and off at the prompt shapes and two below the bar (kernels.txt);
+# - the bench at the four shapes: auto (the form), v2, torch FP32 gather + SDPA and both gather floors
+#   (bench_prompt.*), then grouped with the form off (bench_off.*);
+# - parity of gpair (the form forced at every size) at (256, 12) (parity.txt); the pair form's GPU test (tests.txt).
+# Usage (the device's run): bash ci/gpu_pair_land.sh
+set -uo pipefail
+# shellcheck disable=SC1091
+. ci/device_prelude.sh
+device_env > /dev/null
+GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
+# shellcheck disable=SC1091
+. ci/sanitize.sh
+STRATA_GROUPED_PAIR=1 run_sanitizers 120 python3 ci/holes_case.py grouped prompt
+timeout 120 python3 - <<'PY' 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
+import os
+import numpy as np
+import strata_kernels as sk
+from strata_kernels import testing
+for ctx, n_q, sw in [(2100, 300, ""), (4096, 64, "1"), (1500, 23, "1"), (2100, 300, "0"), (32768, 256, "")]:
+    os.environ["STRATA_GROUPED_PAIR"] = sw
+    q, kv, ids, w = testing.to_torch(testing.make_case("int8", ctx, n_q, holes=True), "cuda")
+    a = sk.qsa_prompt_attn(q, kv, ids, w, variant="grouped").cpu().numpy()
+    a2 = sk.qsa_prompt_attn(q, kv, ids, w, variant="grouped").cpu().numpy()
+    b = sk.qsa_prompt_attn(q, kv, ids, w, variant="fp32").cpu().numpy()
+    why = sk.which(q, kv, ids, w).reason if sw == "" else ""
+    err = float(np.abs(a - b).max() / np.abs(b).max())
+    print(f"STRATA_GROUPED_PAIR={sw or 'unset'} {ctx}x{n_q}: max |grouped - fp32| / scale {err:.2e}, finite "
+          f"{bool(np.isfinite(a).all())}, repeat identical {bool(np.array_equal(a, a2))} {why}", flush=True)
+PY
+for sw in 1 0; do
+  echo "== STRATA_GROUPED_PAIR=$sw"
+  STRATA_GROUPED_PAIR=$sw timeout 60 python3 ci/grouped_kernels.py 32768x2048 1500x1500 2100x256 2100x128 4096x64 \
+    2>&1 | grep -v -i warn
+done | tee "$OUT/kernels.txt"
+timeout 150 python3 -m strata_kernels bench --device cuda --variant auto,v2 --reps 10 \
+  --shapes 32768x2048,131072x2048,1500x1500,2100x256 \
+  --methods plugin,torch-fp32-sdpa,gather-floor,gather-floor-grouped \
+  --json "$OUT/bench_prompt.json" > "$OUT/bench_prompt.txt" 2>&1
+grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_prompt.txt" | head -30
+STRATA_GROUPED_PAIR=0 timeout 80 python3 -m strata_kernels bench --device cuda --variant grouped --reps 10 \
+  --shapes 32768x2048,131072x2048,1500x1500,2100x256 --methods plugin --json "$OUT/bench_off.json" \
+  > "$OUT/bench_off.txt" 2>&1
+grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_off.txt" | head -8
+parity_at gpair 256x12
+timeout 120 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k pair > "$OUT/tests.txt" 2>&1
+tail -3 "$OUT/tests.txt"
