@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Prompt notes item 34: docs/notes/ws-scale-perm.patch (grouped_ws's and the pair form's per-cell K scales, V scales
+# and membership bits stored so that a consumer thread's two columns of two n-tiles are one 16-byte load; compiled for
+# sm_90a, never run) on the lent GPU, in one call of ~6 minutes. Builds the loader and the CPU and sm_90 plugins at
+# (256, 12) with the patch; then a check against fp32 (the pair form, the five-query form, decode calls; two calls'
+# bits) (quick.txt), memcheck and racecheck of grouped's prompt (pair form forced) and decode calls (sanitizer*.txt);
+# then each kernel's GPU time with and without the patch, alternated twice (a rebuild between), at the prompt's
+# 32768 x 2048 (pair form), 2100 x 128 (five-query form) and decode 64 / 256 queries (kernels.txt). Reverts the patch.
+# Usage (the device's run): bash ci/gpu_scale_perm.sh
+set -uo pipefail
+git apply docs/notes/ws-scale-perm.patch || { echo "ws-scale-perm.patch does not apply to this tree"; exit 1; }
+# shellcheck disable=SC1091
+. ci/device_prelude.sh
+device_env > /dev/null
+GEOMS=256x12 build_plugins /tmp/b1 "$OUT/build.txt"
+timeout 120 python3 - <<'PY' 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
+import os
+import numpy as np
+import strata_kernels as sk
+from strata_kernels import testing
+for ctx, n_q, op, sw in [(2100, 300, "prompt", "1"), (4096, 64, "prompt", "1"), (2100, 300, "prompt", "0"),
+                         (1500, 23, "prompt", "0"), (4096, 64, "decode", ""), (32768, 256, "decode", "")]:
+    os.environ["STRATA_GROUPED_PAIR"] = sw
+    q, kv, ids, w = testing.to_torch(testing.make_case("int8", ctx, n_q, holes=True), "cuda")
+    fn = sk.qsa_decode_attn if op == "decode" else sk.qsa_prompt_attn
+    a = fn(q, kv, ids, w, variant="grouped").cpu().numpy()
+    a2 = fn(q, kv, ids, w, variant="grouped").cpu().numpy()
+    b = fn(q, kv, ids, w, variant="fp32").cpu().numpy()
+    err = float(np.abs(a - b).max() / np.abs(b).max())
+    print(f"{op} {ctx}x{n_q} STRATA_GROUPED_PAIR={sw or 'unset'}: max |grouped - fp32| / scale {err:.2e}, finite "
+          f"{bool(np.isfinite(a).all())}, repeat identical {bool(np.array_equal(a, a2))}", flush=True)
+PY
+# shellcheck disable=SC1091
+. ci/sanitize.sh
+STRATA_GROUPED_PAIR=1 run_sanitizers 150 python3 ci/holes_case.py grouped both
+applied=patch  # the tree's state: the patch is applied
+for form in patch main patch main; do
+  if [ "$form" != "$applied" ]; then
+    if [ "$form" = main ]; then git apply -R docs/notes/ws-scale-perm.patch
+    else git apply docs/notes/ws-scale-perm.patch; fi
+    applied=$form
+  fi
+  GEOMS=256x12 build_plugins /tmp/b_$form "$OUT/build_$form.txt"
+  echo "== $form"
+  CASE_VARIANT=grouped timeout 60 python3 ci/grouped_kernels.py 32768x2048 2100x128 decode:32768x64 decode:32768x256 \
+    2>&1 | grep -v -i warn
+done 2>&1 | grep -v "^$" | tee "$OUT/kernels.txt"
