@@ -343,15 +343,15 @@ def grouped_scratch_floats(n_q: int, cap: int, group: int, head_dim: int = 256, 
     it; and the partial results of the work units it runs in pieces, at most min(512, 8 x units) pieces of 64 rows, or
     of 128 in the pair form that INT8 prompts at (256, 12) take on sm_90); with less it uses a buffer of the plugin's
     own."""
-    from .targets import grouped_queries
+    from .targets import GROUPED_PAIR_GEOMETRY, grouped_queries
 
     def form(rows: int) -> int:
         nq = grouped_queries(group, rows)
         groups = -(-n_q // nq)
         pieces = min(512, 8 * groups * n_head_kv)
         return (groups * nq * cap * 16 + groups * 4 + 64) // 4 + pieces * (rows * head_dim + 2 * rows) + 4
-    # at head_dim 256, G 12 the CUDA dispatch may run the pair form (128-row units; cuda/dispatch.inc.j2, pair_form)
-    return max(form(64), form(128)) if (head_dim, group) == (256, 12) else form(64)
+    # there the CUDA dispatch may run the pair form (128-row units; cuda/dispatch.inc.j2, pair_form)
+    return max(form(64), form(128)) if (head_dim, group) == GROUPED_PAIR_GEOMETRY else form(64)
 
 
 def _raise_offence(pos: int, width_query: int, c: _Call) -> None:

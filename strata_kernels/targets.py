@@ -45,6 +45,12 @@ VARIANT_RULES = {
 
 
 
+# The geometry (head_dim, G) at which the CUDA dispatch runs grouped's INT8 prompts in its pair form (128-row units,
+# variant gpair's kernel; cuda/dispatch.inc.j2, pair_form): where it was measured. The plan's scratch
+# (ops.grouped_scratch_floats) covers that form there.
+GROUPED_PAIR_GEOMETRY = (256, 12)
+
+
 def grouped_queries(group: int, rows: int = 64) -> int:
     """Queries per block of the grouped kernel: as many whole groups of G heads as fill its 64 rows (128 in the pair
     form), at most 32 (one membership bit each); cuda/grouped.cu.j2 computes the same NQ."""
@@ -113,6 +119,7 @@ class Target:
             "toolkit": {"min": self.toolkit_min, "max": self.toolkit_max},
             "variant_rules": {k: {"formats": list(v["formats"]), "min_cc": v["min_cc"], "ops": list(v["ops"])}
                               for k, v in VARIANT_RULES.items()},
+            "grouped_pair_geometry": {"head_dim": GROUPED_PAIR_GEOMETRY[0], "group": GROUPED_PAIR_GEOMETRY[1]},
         }
 
 

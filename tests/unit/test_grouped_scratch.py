@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from strata_kernels import ops
-from strata_kernels.targets import grouped_queries
+from strata_kernels.targets import GROUPED_PAIR_GEOMETRY, grouped_queries
 
 SOURCE = (Path(__file__).resolve().parents[2] / "templates" / "cuda" / "grouped.cu.j2").read_text()
 
@@ -86,7 +86,9 @@ def test_plan_scratch_holds_what_the_launcher_asks(n_q, cap, group, head_dim, n_
 @pytest.mark.parametrize("n_q", [2048, 1500, 256, 192, 64, 6, 65541])
 @pytest.mark.parametrize("sms", [1, 20, 132, 300])
 def test_plan_scratch_holds_the_pair_forms_request_at_256_12(n_q, sms):
-    # the CUDA dispatch runs grouped's INT8 prompts at (256, 12) in the pair form (128-row units of 10 queries)
+    # the CUDA dispatch runs grouped's INT8 prompts at GROUPED_PAIR_GEOMETRY, (256, 12), in the pair form (128-row
+    # units of 10 queries)
+    assert GROUPED_PAIR_GEOMETRY == (256, 12)
     assert re.search(r"constexpr int ROWS = 128;", SOURCE)
     floats = ops.grouped_scratch_floats(n_q, 2051, 12, 256, 2)
     assert floats * 4 >= _launcher_bytes(n_q, 2051, 12, 256, 2, sms, rows=128)
