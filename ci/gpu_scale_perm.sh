@@ -13,23 +13,8 @@ git apply docs/notes/ws-scale-perm.patch || { echo "ws-scale-perm.patch does not
 . ci/device_prelude.sh
 device_env > /dev/null
 GEOMS=256x12 build_plugins /tmp/b1 "$OUT/build.txt"
-timeout 120 python3 - <<'PY' 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
-import os
-import numpy as np
-import strata_kernels as sk
-from strata_kernels import testing
-for ctx, n_q, op, sw in [(2100, 300, "prompt", "1"), (4096, 64, "prompt", "1"), (2100, 300, "prompt", "0"),
-                         (1500, 23, "prompt", "0"), (4096, 64, "decode", ""), (32768, 256, "decode", "")]:
-    os.environ["STRATA_GROUPED_PAIR"] = sw
-    q, kv, ids, w = testing.to_torch(testing.make_case("int8", ctx, n_q, holes=True), "cuda")
-    fn = sk.qsa_decode_attn if op == "decode" else sk.qsa_prompt_attn
-    a = fn(q, kv, ids, w, variant="grouped").cpu().numpy()
-    a2 = fn(q, kv, ids, w, variant="grouped").cpu().numpy()
-    b = fn(q, kv, ids, w, variant="fp32").cpu().numpy()
-    err = float(np.abs(a - b).max() / np.abs(b).max())
-    print(f"{op} {ctx}x{n_q} STRATA_GROUPED_PAIR={sw or 'unset'}: max |grouped - fp32| / scale {err:.2e}, finite "
-          f"{bool(np.isfinite(a).all())}, repeat identical {bool(np.array_equal(a, a2))}", flush=True)
-PY
+timeout 120 python3 ci/grouped_quick.py prompt:2100x300:1 prompt:4096x64:1 prompt:2100x300:0 \
+  prompt:1500x23:0 decode:4096x64 decode:32768x256 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
 # shellcheck disable=SC1091
 . ci/sanitize.sh
 STRATA_GROUPED_PAIR=1 run_sanitizers 150 python3 ci/holes_case.py grouped both
