@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Issue 10, prompt notes item 35: where grouped's pair form spends a tile, by timing each role alone, and one candidate,
-# in one call of ~5 minutes on the lent GPU. Builds the loader and the CPU and sm_90 plugins at (256, 12) four ways,
-# twice over:
+# Issue 10, prompt notes item 35: where grouped's pair form spends a tile, by timing each role alone, and two
+# candidates, in one call of ~7 minutes on the lent GPU. Builds the loader and the CPU and sm_90 plugins at (256, 12)
+# five ways, twice over:
 # - main;
 # - docs/notes/pair-producer-alone.patch (the consumers only pass the hand-offs: the producer's time alone) and
 #   docs/notes/pair-consumers-alone.patch (the producer copies and converts nothing: the consumers' time alone), both
 #   TIMING ONLY (their results are wrong);
-# - docs/notes/pair-split-full.patch (a candidate: one full barrier a consumer), checked against fp32 first (its two
-#   calls' bits too; quick_split.txt).
+# - the candidates docs/notes/pair-split-full.patch (one full barrier a consumer) and docs/notes/pair-ks-early.patch
+#   (a q·k group's K scales loaded before its MMAs), each checked against fp32 first (its two calls' bits too;
+#   quick_split.txt, quick_ksearly.txt).
 # All leave the five-query form as it is. Each build's kernel times with the pair form forced at 32768 x 2048 and
 # 1500 x 1500 (kernels.txt). Reverts what it applied.
 # Usage (the device's run): bash ci/gpu_pair_roles.sh
@@ -16,7 +17,11 @@ set -uo pipefail
 . ci/device_prelude.sh
 device_env > /dev/null
 patch_of() {
-  case $1 in split) echo docs/notes/pair-split-full.patch ;; *) echo "docs/notes/pair-$1-alone.patch" ;; esac
+  case $1 in
+    split) echo docs/notes/pair-split-full.patch ;;
+    ksearly) echo docs/notes/pair-ks-early.patch ;;
+    *) echo "docs/notes/pair-$1-alone.patch" ;;
+  esac
 }
 applied=main
 switch_to() {  # the tree as main plus the named form's patch
@@ -28,14 +33,12 @@ switch_to() {  # the tree as main plus the named form's patch
   applied=$1
 }
 trap 'switch_to main; pack_out' EXIT
-checked=0
-for form in main producer consumers split main producer consumers split; do  # (not in a pipe: switch_to's state)
+for form in main producer consumers split ksearly main producer consumers split ksearly; do  # (not in a pipe)
   switch_to "$form"
   GEOMS=256x12 build_plugins "/tmp/b_$form" "$OUT/build_$form.txt"
-  if [ "$form" = split ] && [ "$checked" = 0 ]; then
+  if { [ "$form" = split ] || [ "$form" = ksearly ]; } && [ ! -f "$OUT/quick_$form.txt" ]; then
     timeout 120 python3 ci/grouped_quick.py prompt:2100x300:1 prompt:4096x64:1 prompt:1500x23:1 prompt:32768x2048:1 \
-      2>&1 | grep -v -i warn | tee "$OUT/quick_split.txt"
-    checked=1
+      2>&1 | grep -v -i warn | tee "$OUT/quick_$form.txt"
   fi
   { echo "== $form"
     STRATA_GROUPED_PAIR=1 timeout 90 python3 ci/grouped_kernels.py 32768x2048 1500x1500 2>&1 | grep -v -i warn; } \
