@@ -1,11 +1,12 @@
-# Sourced by the device scripts ci/gpu_pack.sh and ci/gpu_decode_grouped.sh (after they set STAGES): results under $OUT,
-# the tree on PYTHONPATH, has STAGE (is STAGE in $STAGES), `status` for the stages' exit codes, env.txt (date, GPU,
-# commit), and build_plugins DIR LOG: the loader and the CPU and sm_90 plugins at the geometries in GEOMS (default
-# (256, 12) and (128, 8)) built in DIR and installed into strata_kernels/plugins, the log in LOG (exits on failure);
-# parity_at VARIANT HDxG...: the parity test of VARIANT at each geometry (spec sizes, one rep) into $OUT/parity.txt,
-# its PASSED / FAIL lines shown. At the exit of the script that sourced it first (not of scripts it runs), everything
-# under $OUT is packed into $OUT/out.tgz: the device's run brings back at most 8 files (2026-12-05: a call's parity,
-# sanitizer and test files were left on the device).
+# Sourced by the device scripts ci/gpu_pack.sh and ci/gpu_decode_grouped.sh (after they set STAGES): results under
+# $OUT, the tree on PYTHONPATH, has STAGE (is STAGE in $STAGES), `status` for the stages' exit codes, env.txt (date,
+# GPU, commit), and build_plugins DIR LOG: the loader and the CPU and sm_90 plugins at the geometries in GEOMS
+# (default (256, 12) and (128, 8)) built in DIR and installed into strata_kernels/plugins, the log in LOG (exits on
+# failure); parity_at VARIANT HDxG...: the parity test of VARIANT at each geometry (spec sizes, one rep) into
+# $OUT/parity.txt, its PASSED / FAIL lines shown; switch_patch (below) for scripts that time patches against the tree.
+# At the exit of the script that sourced it first (not of scripts it runs), everything under $OUT is packed into
+# $OUT/out.tgz: the device's run brings back at most 8 files (2026-12-05: a call's parity, sanitizer and test files
+# were left on the device).
 set -uo pipefail
 OUT=${OUT:-/tmp/strata-out}
 mkdir -p "$OUT"
@@ -15,7 +16,17 @@ pack_out() {
   (cd "$OUT" && tar czf /tmp/strata-out.tgz --exclude=./out.tgz . && find . -mindepth 1 -delete \
     && mv /tmp/strata-out.tgz out.tgz)
 }
-trap pack_out EXIT
+# switch_patch P: the tree as the script found it plus the patch file P ("": none), the patch applied before reverted
+# first; whatever is applied at the exit is reverted there, before the packing.
+STRATA_APPLIED=""
+switch_patch() {
+  [ "$1" = "$STRATA_APPLIED" ] && return 0
+  if [ -n "$STRATA_APPLIED" ]; then git apply -R "$STRATA_APPLIED" || exit 1; fi
+  STRATA_APPLIED=""
+  if [ -n "$1" ]; then git apply "$1" || { echo "$1 does not apply to this tree"; exit 1; }; fi
+  STRATA_APPLIED=$1
+}
+trap 'switch_patch ""; pack_out' EXIT
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 status=0

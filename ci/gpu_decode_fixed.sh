@@ -10,19 +10,8 @@ set -uo pipefail
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
 device_env > /dev/null
-applied=main
-switch_to() {  # main, or main with the probe
-  [ "$1" = "$applied" ] && return 0
-  if [ "$1" = probe ]; then
-    git apply docs/notes/ws-no-tiles.patch || { echo "ws-no-tiles.patch does not apply"; exit 1; }
-  else
-    git apply -R docs/notes/ws-no-tiles.patch || exit 1
-  fi
-  applied=$1
-}
-trap 'switch_to main; pack_out' EXIT
-for form in main probe main probe; do  # (not in a pipe: switch_to keeps its state)
-  switch_to "$form"
+for form in main probe main probe; do  # (not in a pipe: switch_patch keeps its state)
+  if [ "$form" = probe ]; then switch_patch docs/notes/ws-no-tiles.patch; else switch_patch ""; fi
   GEOMS=256x12 build_plugins "/tmp/b_$form" "$OUT/build_$form.txt"
   { echo "== $form"
     CASE_VARIANT=grouped timeout 90 python3 ci/grouped_kernels.py decode:32768x8 decode:32768x64 decode:32768x256 \

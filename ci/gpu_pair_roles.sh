@@ -19,23 +19,14 @@ set -uo pipefail
 device_env > /dev/null
 patch_of() {
   case $1 in
+    main) echo "" ;;
     split) echo docs/notes/pair-split-full.patch ;;
     ksearly) echo docs/notes/ws-ks-early.patch ;;
     *) echo "docs/notes/pair-$1-alone.patch" ;;
   esac
 }
-applied=main
-switch_to() {  # the tree as main plus the named form's patch
-  [ "$1" = "$applied" ] && return 0
-  if [ "$applied" != main ]; then git apply -R "$(patch_of "$applied")" || exit 1; fi
-  if [ "$1" != main ]; then
-    git apply "$(patch_of "$1")" || { echo "$(patch_of "$1") does not apply"; exit 1; }
-  fi
-  applied=$1
-}
-trap 'switch_to main; pack_out' EXIT
 for form in main producer consumers split ksearly main producer consumers split ksearly; do  # (not in a pipe)
-  switch_to "$form"
+  switch_patch "$(patch_of "$form")"
   GEOMS=256x12 build_plugins "/tmp/b_$form" "$OUT/build_$form.txt"
   if { [ "$form" = split ] || [ "$form" = ksearly ]; } && [ ! -f "$OUT/quick_$form.txt" ]; then
     timeout 150 python3 ci/grouped_quick.py prompt:2100x300:1 prompt:4096x64:1 prompt:1500x23:1 prompt:32768x2048:1 \

@@ -8,25 +8,20 @@
 # 32768 x 2048 (pair form), 2100 x 128 (five-query form) and decode 64 / 256 queries (kernels.txt). Reverts the patch.
 # Usage (the device's run): bash ci/gpu_scale_perm.sh
 set -uo pipefail
-git apply docs/notes/ws-scale-perm.patch || { echo "ws-scale-perm.patch does not apply to this tree"; exit 1; }
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
 device_env > /dev/null
+switch_patch docs/notes/ws-scale-perm.patch
 GEOMS=256x12 build_plugins /tmp/b1 "$OUT/build.txt"
 timeout 120 python3 ci/grouped_quick.py prompt:2100x300:1 prompt:4096x64:1 prompt:2100x300:0 \
   prompt:1500x23:0 decode:4096x64 decode:32768x256 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
 # shellcheck disable=SC1091
 . ci/sanitize.sh
 STRATA_GROUPED_PAIR=1 run_sanitizers 150 python3 ci/holes_case.py grouped both
-applied=patch  # the tree's state: the patch is applied
-for form in patch main patch main; do
-  if [ "$form" != "$applied" ]; then
-    if [ "$form" = main ]; then git apply -R docs/notes/ws-scale-perm.patch
-    else git apply docs/notes/ws-scale-perm.patch; fi
-    applied=$form
-  fi
+for form in patch main patch main; do  # (not in a pipe: switch_patch keeps its state)
+  if [ "$form" = patch ]; then switch_patch docs/notes/ws-scale-perm.patch; else switch_patch ""; fi
   GEOMS=256x12 build_plugins /tmp/b_$form "$OUT/build_$form.txt"
-  echo "== $form"
-  CASE_VARIANT=grouped timeout 60 python3 ci/grouped_kernels.py 32768x2048 2100x128 decode:32768x64 decode:32768x256 \
-    2>&1 | grep -v -i warn
-done 2>&1 | grep -v "^$" | tee "$OUT/kernels.txt"
+  { echo "== $form"
+    CASE_VARIANT=grouped timeout 60 python3 ci/grouped_kernels.py 32768x2048 2100x128 decode:32768x64 \
+      decode:32768x256 2>&1 | grep -v -i warn; } 2>&1 | grep -v "^$" | tee -a "$OUT/kernels.txt"
+done
