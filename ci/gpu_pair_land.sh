@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Issue 10, prompt notes item 33: grouped's pair form as it landed (cuda/gpair.cu.j2, the `pair` switch of
-# cuda/grouped_ws.inc.j2, the CUDA dispatch's pair_form: INT8 prompts at (256, 12) on sm_90 from 256 queries) on the
+# Issue 10, prompt notes items 33 and 35: grouped's pair form as it stands (cuda/gpair.cu.j2, the `pair` switch of
+# cuda/grouped_ws.inc.j2, the CUDA dispatch's pair_form: INT8 prompts at (256, 12) on sm_90 from 128 queries) on the
 # lent GPU, in one call of ~5 minutes. Builds the loader and the CPU and sm_90 plugins at (256, 12); then, in order:
 # - compute-sanitizer memcheck and racecheck of the pair form's prompt calls (STRATA_GROUPED_PAIR=1, holes, a width-0
 #   query) (sanitizer*.txt; call2 also carried a fallback probe for hazards, ci/pair-cons.patch, not needed and gone);
 # - a check against fp32: grouped with the form by the rule, forced and off, two calls' bits, which() (quick.txt);
 # - each kernel's GPU time with the form on and off at the prompt shapes and two below the bar (kernels.txt);
-# - the bench at the four shapes: auto (the form), v2, torch FP32 gather + SDPA and both gather floors
+# - the bench at the six shapes: auto (the form), v2, torch FP32 gather + SDPA and both gather floors
 #   (bench_prompt.*), then grouped with the form off (bench_off.*);
 # - parity of gpair (the form forced at every size) at (256, 12) (parity.txt); the pair form's GPU test (tests.txt).
 # Usage (the device's run): bash ci/gpu_pair_land.sh
@@ -22,18 +22,20 @@ timeout 120 python3 ci/grouped_quick.py prompt:2100x300 prompt:4096x64:1 prompt:
   prompt:32768x256 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
 for sw in 1 0; do
   echo "== STRATA_GROUPED_PAIR=$sw"
-  STRATA_GROUPED_PAIR=$sw timeout 60 python3 ci/grouped_kernels.py 32768x2048 1500x1500 2100x256 2100x128 4096x64 \
+  STRATA_GROUPED_PAIR=$sw timeout 60 python3 ci/grouped_kernels.py 32768x2048 1500x1500 2100x256 2100x192 2100x128 \
+    4096x64 \
     2>&1 | grep -v -i warn
 done | tee "$OUT/kernels.txt"
 timeout 150 python3 -m strata_kernels bench --device cuda --variant auto,v2 --reps 10 \
-  --shapes 32768x2048,131072x2048,1500x1500,2100x256 \
+  --shapes 32768x2048,131072x2048,1500x1500,2100x256,2100x192,2100x128 \
   --methods plugin,torch-fp32-sdpa,gather-floor,gather-floor-grouped \
   --json "$OUT/bench_prompt.json" > "$OUT/bench_prompt.txt" 2>&1
 grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_prompt.txt" | head -30
 STRATA_GROUPED_PAIR=0 timeout 80 python3 -m strata_kernels bench --device cuda --variant grouped --reps 10 \
-  --shapes 32768x2048,131072x2048,1500x1500,2100x256 --methods plugin --json "$OUT/bench_off.json" \
+  --shapes 32768x2048,131072x2048,1500x1500,2100x256,2100x192,2100x128 \
+  --methods plugin --json "$OUT/bench_off.json" \
   > "$OUT/bench_off.txt" 2>&1
-grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_off.txt" | head -8
+grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_off.txt" | head -12
 parity_at gpair 256x12
 timeout 120 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k pair > "$OUT/tests.txt" 2>&1
 tail -3 "$OUT/tests.txt"

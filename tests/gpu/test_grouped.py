@@ -119,7 +119,7 @@ def test_grouped_int8_packed(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
                                         (1500, 40, {"width0": True}), (65536, 24, {}), (200, 1, {}),
                                         (2100, 300, {"holes": True}), (2100, 700, {})])
 def test_grouped_int8_pair_form(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
-    # INT8 prompts at (256, 12) on sm_90 run grouped's pair form from 256 queries (10 queries' 120 rows a gathered
+    # INT8 prompts at (256, 12) on sm_90 run grouped's pair form from 128 queries (10 queries' 120 rows a gathered
     # tile; cuda/dispatch.inc.j2, pair_form): forced at every size (STRATA_GROUPED_PAIR=1) and off (0), both meet the
     # checks and repeat their bits, packed and not, with a first group that selected nothing; which() says the form.
     case = testing.make_case("int8", ctx, n_q, **kw)
@@ -135,7 +135,7 @@ def test_grouped_int8_pair_form(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
     monkeypatch.delenv("STRATA_GROUPED_PAIR")
     why = sk.which(q, kv, ids, width).reason
     sm90 = torch_cuda.cuda.get_device_capability() == (9, 0)  # (make_case's geometry: (256, 12))
-    assert ("pair form" in why) == (sm90 and n_q >= 256), why
+    assert ("pair form" in why) == (sm90 and n_q >= 128), why
 
 
 @pytest.mark.parametrize("ctx,n_q,kw", [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}),
