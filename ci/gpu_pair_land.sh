@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Issue 10, prompt notes items 33 and 35: grouped's pair form as it stands (cuda/gpair.cu.j2, the `pair` switch of
-# cuda/grouped_ws.inc.j2, the CUDA dispatch's pair_form: INT8 prompts at (256, 12) on sm_90 from 128 queries) on the
-# lent GPU, in one call of ~5 minutes. Builds the loader and the CPU and sm_90 plugins at (256, 12); then, in order:
+# cuda/grouped_ws.inc.j2, the CUDA dispatch's pair_form: INT8 prompts at (256, 12) on sm_90 from 128 queries) and the
+# union pre-pass's windows-only block (64 KB: two blocks a multiprocessor) on the lent GPU, in one call of ~6 minutes.
+# Builds the loader and the CPU and sm_90 plugins at (256, 12); then, in order:
 # - compute-sanitizer memcheck and racecheck of the pair form's prompt calls (STRATA_GROUPED_PAIR=1, holes, a width-0
 #   query) (sanitizer*.txt; call2 also carried a fallback probe for hazards, ci/pair-cons.patch, not needed and gone);
 # - a check against fp32: grouped with the form by the rule, forced and off, two calls' bits, which() (quick.txt);
 # - each kernel's GPU time with the form on and off at the prompt shapes and two below the bar (kernels.txt);
 # - the bench at the six shapes: auto (the form), v2, torch FP32 gather + SDPA and both gather floors
 #   (bench_prompt.*), then grouped with the form off (bench_off.*);
-# - parity of gpair (the form forced at every size) at (256, 12) (parity.txt); the pair form's GPU test (tests.txt).
+# - parity of gpair (the form forced at every size) and grouped at (256, 12) (parity.txt); the GPU tests of the pair
+#   form, of the union's stage (a window past UNION_STAGE_MAX entries) and of its clusters (tests.txt).
 # Usage (the device's run): bash ci/gpu_pair_land.sh
 set -uo pipefail
 # shellcheck disable=SC1091
@@ -37,5 +39,7 @@ STRATA_GROUPED_PAIR=0 timeout 80 python3 -m strata_kernels bench --device cuda -
   > "$OUT/bench_off.txt" 2>&1
 grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_off.txt" | head -12
 parity_at gpair 256x12
-timeout 120 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k pair > "$OUT/tests.txt" 2>&1
+parity_at grouped 256x12
+timeout 150 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k "pair or stage or union_in_clusters" \
+  > "$OUT/tests.txt" 2>&1
 tail -3 "$OUT/tests.txt"
