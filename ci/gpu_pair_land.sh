@@ -6,11 +6,11 @@
 # - compute-sanitizer memcheck and racecheck of the pair form's prompt calls (STRATA_GROUPED_PAIR=1, holes, a width-0
 #   query) (sanitizer*.txt; call2 also carried a fallback probe for hazards, ci/pair-cons.patch, not needed and gone);
 # - a check against fp32: grouped with the form by the rule, forced and off, two calls' bits, which() (quick.txt);
-# - each kernel's GPU time with the form on and off at the prompt shapes and two below the bar (kernels.txt);
-# - the bench at the six shapes: auto (the form), v2, torch FP32 gather + SDPA and both gather floors
-#   (bench_prompt.*), then grouped with the form off (bench_off.*);
 # - parity of gpair (the form forced at every size) and grouped at (256, 12) (parity.txt); the GPU tests of the pair
-#   form, of the union's stage (a window past UNION_STAGE_MAX entries) and of its clusters (tests.txt).
+#   form, of the union's stage (a window past UNION_STAGE_MAX entries) and of its clusters (tests.txt);
+# - each kernel's GPU time with the form on and off at the prompt shapes and below the bar (kernels.txt);
+# - the bench at the six shapes: auto (the form), v2, torch FP32 gather + SDPA and both gather floors
+#   (bench_prompt.*), then grouped with the form off (bench_off.*).
 # Usage (the device's run): bash ci/gpu_pair_land.sh
 set -uo pipefail
 # shellcheck disable=SC1091
@@ -22,6 +22,11 @@ GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
 STRATA_GROUPED_PAIR=1 run_sanitizers 120 python3 ci/holes_case.py grouped prompt
 timeout 120 python3 ci/grouped_quick.py prompt:2100x300 prompt:4096x64:1 prompt:1500x23:1 prompt:2100x300:0 \
   prompt:32768x256 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
+parity_at gpair 256x12
+parity_at grouped 256x12
+timeout 150 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k "pair or stage or union_in_clusters" \
+  > "$OUT/tests.txt" 2>&1
+tail -3 "$OUT/tests.txt"
 for sw in 1 0; do
   echo "== STRATA_GROUPED_PAIR=$sw"
   STRATA_GROUPED_PAIR=$sw timeout 60 python3 ci/grouped_kernels.py 32768x2048 1500x1500 2100x256 2100x192 2100x128 \
@@ -38,8 +43,3 @@ STRATA_GROUPED_PAIR=0 timeout 80 python3 -m strata_kernels bench --device cuda -
   --methods plugin --json "$OUT/bench_off.json" \
   > "$OUT/bench_off.txt" 2>&1
 grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_off.txt" | head -12
-parity_at gpair 256x12
-parity_at grouped 256x12
-timeout 150 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k "pair or stage or union_in_clusters" \
-  > "$OUT/tests.txt" 2>&1
-tail -3 "$OUT/tests.txt"
