@@ -11,12 +11,13 @@
 # - each kernel's GPU time with the form on and off at the prompt shapes and below the bar (kernels.txt);
 # - the bench at the six shapes: auto (the form), v2, torch FP32 gather + SDPA and both gather floors
 #   (bench_prompt.*), then grouped with the form off (bench_off.*).
-# Usage (the device's run): bash ci/gpu_pair_land.sh
+# Usage (the device's run): [SHAPES=32768x2048,...] bash ci/gpu_pair_land.sh
 set -uo pipefail
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
 device_env > /dev/null
 GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
+SHAPES=${SHAPES:-32768x2048,131072x2048,1500x1500,2100x256,2100x192,2100x128}  # the bench's (a short call: fewer)
 # shellcheck disable=SC1091
 . ci/sanitize.sh
 STRATA_GROUPED_PAIR=1 run_sanitizers 120 python3 ci/holes_case.py grouped prompt
@@ -34,12 +35,12 @@ for sw in 1 0; do
     2>&1 | grep -v -i warn
 done | tee "$OUT/kernels.txt"
 timeout 150 python3 -m strata_kernels bench --device cuda --variant auto,v2 --reps 10 \
-  --shapes 32768x2048,131072x2048,1500x1500,2100x256,2100x192,2100x128 \
+  --shapes "$SHAPES" \
   --methods plugin,torch-fp32-sdpa,gather-floor,gather-floor-grouped \
   --json "$OUT/bench_prompt.json" > "$OUT/bench_prompt.txt" 2>&1
 grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_prompt.txt" | head -30
 STRATA_GROUPED_PAIR=0 timeout 80 python3 -m strata_kernels bench --device cuda --variant grouped --reps 10 \
-  --shapes 32768x2048,131072x2048,1500x1500,2100x256,2100x192,2100x128 \
+  --shapes "$SHAPES" \
   --methods plugin --json "$OUT/bench_off.json" \
   > "$OUT/bench_off.txt" 2>&1
 grep -E "^[0-9]+x[0-9]+ " "$OUT/bench_off.txt" | head -12
