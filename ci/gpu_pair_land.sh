@@ -17,13 +17,15 @@ set -uo pipefail
 . ci/device_prelude.sh
 device_env > /dev/null
 GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
+TESTS_K="pair or stage or union_in_clusters"
+[ -n "${QUICK:-}" ] && TESTS_K="pair or stage"
 SHAPES=${SHAPES:-32768x2048,131072x2048,1500x1500,2100x256,2100x192,2100x128}  # the bench's (a short call: fewer)
 # shellcheck disable=SC1091
 . ci/sanitize.sh
 STRATA_GROUPED_PAIR=1 run_sanitizers 120 python3 ci/holes_case.py grouped prompt
 timeout 120 python3 ci/grouped_quick.py prompt:2100x300 prompt:4096x64:1 prompt:1500x23:1 prompt:2100x300:0 \
   prompt:32768x256 2>&1 | grep -v -i warn | tee "$OUT/quick.txt"
-timeout 150 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k "pair or stage or union_in_clusters" \
+timeout 150 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k "$TESTS_K" \
   > "$OUT/tests.txt" 2>&1
 tail -3 "$OUT/tests.txt"
 [ -n "${QUICK:-}" ] && exit 0  # (a call with little device time left: the checks above only)
