@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Issue 10, prompt notes items 33 and 35: grouped's pair form as it stands (cuda/gpair.cu.j2, the `pair` switch of
-# cuda/grouped_ws.inc.j2, the CUDA dispatch's pair_form: INT8 prompts at (256, 12) on sm_90 from 128 queries) and the
-# union pre-pass's windows-only block (64 KB: two blocks a multiprocessor) on the lent GPU, in one call of ~6 minutes.
-# Builds the loader and the CPU and sm_90 plugins at (256, 12); then, in order:
+# cuda/grouped_ws.inc.j2, the CUDA dispatch's pair_form: INT8 prompts at (256, 12) on sm_90 from 128 queries), with
+# PATCH applied if given (docs/notes/pair-land-next.patch: one full barrier a consumer, and the union pre-pass's
+# windows-only block in 64 KB), on the lent GPU, in one call of ~6 minutes. Builds the loader and the CPU and sm_90
+# plugins at (256, 12); then, in order:
 # - compute-sanitizer memcheck and racecheck of the pair form's prompt calls (STRATA_GROUPED_PAIR=1, holes, a width-0
 #   query) (sanitizer*.txt; call2 also carried a fallback probe for hazards, ci/pair-cons.patch, not needed and gone);
 # - a check against fp32: grouped with the form by the rule, forced and off, two calls' bits, which() (quick.txt);
 # - parity of gpair (the form forced at every size) and grouped at (256, 12) (parity.txt); the GPU tests of the pair
-#   form, of the union's stage (a window past UNION_STAGE_MAX entries) and of its clusters (tests.txt);
+#   form, of the union's stage (the patch's: a window past UNION_STAGE_MAX entries) and of its clusters (tests.txt);
 # - each kernel's GPU time with the form on and off at the prompt shapes and below the bar (kernels.txt);
 # - the bench at the six shapes: auto (the form), v2, torch FP32 gather + SDPA and both gather floors
 #   (bench_prompt.*), then grouped with the form off (bench_off.*).
-# Usage (the device's run): [SHAPES=32768x2048,...] [QUICK=1: up to the GPU tests] bash ci/gpu_pair_land.sh
+# Usage (the device's run): [PATCH=a patch file] [SHAPES=32768x2048,...] [QUICK=1: up to the GPU tests] \
+#   bash ci/gpu_pair_land.sh
 set -uo pipefail
 # shellcheck disable=SC1091
 . ci/device_prelude.sh
 device_env > /dev/null
+switch_patch "${PATCH:-}"  # (a candidate on top of the tree, reverted at the exit)
 GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
 TESTS_K="pair or stage or union_in_clusters"
 [ -n "${QUICK:-}" ] && TESTS_K="pair or stage"
