@@ -20,8 +20,11 @@ set -uo pipefail
 device_env > /dev/null
 switch_patch "${PATCH:-}"  # (a candidate on top of the tree, reverted at the exit)
 GEOMS=256x12 build_plugins /tmp/b0 "$OUT/build.txt"
-TESTS_K="pair or stage or union_in_clusters"
-[ -n "${QUICK:-}" ] && TESTS_K="pair or stage"
+# QUICK (a call with little device time left): the checks, the GPU tests but the union's clusters', and the pair
+# form's kernels at two shapes; no parity runs, no bench
+TESTS_K="pair or stage or union_in_clusters" PAIRS="1 0"
+KSHAPES="32768x2048 1500x1500 2100x256 2100x192 2100x128 4096x64"
+[ -n "${QUICK:-}" ] && TESTS_K="pair or stage" KSHAPES="32768x2048 2100x128" PAIRS=1
 SHAPES=${SHAPES:-32768x2048,131072x2048,1500x1500,2100x256,2100x192,2100x128}  # the bench's (a short call: fewer)
 # shellcheck disable=SC1091
 . ci/sanitize.sh
@@ -31,18 +34,16 @@ timeout 120 python3 ci/grouped_quick.py prompt:2100x300 prompt:4096x64:1 prompt:
 timeout 150 python3 -m pytest tests/gpu/test_grouped.py -q -p no:cacheprovider -k "$TESTS_K" \
   > "$OUT/tests.txt" 2>&1
 tail -3 "$OUT/tests.txt"
-if [ -n "${QUICK:-}" ]; then  # (a call with little device time left: the checks above and two shapes' kernels)
-  timeout 40 python3 ci/grouped_kernels.py 32768x2048 2100x128 2>&1 | grep -v -i warn | tee "$OUT/kernels.txt"
-  exit 0
+if [ -z "${QUICK:-}" ]; then
+  parity_at gpair 256x12
+  parity_at grouped 256x12
 fi
-parity_at gpair 256x12
-parity_at grouped 256x12
-for sw in 1 0; do
+for sw in $PAIRS; do
   echo "== STRATA_GROUPED_PAIR=$sw"
-  STRATA_GROUPED_PAIR=$sw timeout 60 python3 ci/grouped_kernels.py 32768x2048 1500x1500 2100x256 2100x192 2100x128 \
-    4096x64 \
-    2>&1 | grep -v -i warn
+  # shellcheck disable=SC2086
+  STRATA_GROUPED_PAIR=$sw timeout 60 python3 ci/grouped_kernels.py $KSHAPES 2>&1 | grep -v -i warn
 done | tee "$OUT/kernels.txt"
+[ -n "${QUICK:-}" ] && exit 0
 timeout 150 python3 -m strata_kernels bench --device cuda --variant auto,v2 --reps 10 \
   --shapes "$SHAPES" \
   --methods plugin,torch-fp32-sdpa,gather-floor,gather-floor-grouped \
