@@ -191,6 +191,37 @@ def test_grouped_neighbours_with_disjoint_selections(to_cuda):
     _check(case, g, f)
 
 
+def _full_random(case):
+    """Random ascending selections of the full width: a group's union is several times one selection."""
+    rng = np.random.default_rng(5)
+    n_cells = case.kv.n_pages * 4
+    for qi in range(case.n_q):
+        case.ids[qi] = np.sort(rng.choice(n_cells, size=case.cap, replace=False)).astype(np.int32)
+        case.width[qi] = case.cap
+    return case
+
+
+@pytest.mark.parametrize("ctx,n_q,pair", [(32768, 10, "0"), (16384, 20, "1")])
+def test_grouped_union_window_past_its_stage(to_cuda, torch_cuda, monkeypatch, ctx, n_q, pair):
+    # A cache within the windows' span gives the union's one-block form a window's bits and a stage of 8192 entries
+    # (UNION_STAGE_MAX), not NQ cap: a window with more entries writes them straight out. Full-width random rows make
+    # ~9,000 entries a window of 32768 cells for 5 queries (the five-query form) and ~12,000 of 16384 for 10 (the pair
+    # form, forced): the same outputs and bits, staged or not, in one block a group (no clusters) and by the rule.
+    case = _full_random(testing.make_case("int8", ctx, n_q))
+    q, kv, ids, width = to_cuda(case)
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    monkeypatch.setenv("STRATA_GROUPED_PAIR", pair)
+    outs = []
+    for cb in ("1", None):
+        if cb is None:
+            monkeypatch.delenv("STRATA_GROUPED_UNION_CLUSTER", raising=False)
+        else:
+            monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", cb)
+        _twice_checked(case, (q, kv, ids, width), f, torch_cuda, f"STRATA_GROUPED_UNION_CLUSTER={cb}, PAIR={pair}")
+        outs.append(sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped"))
+    assert torch_cuda.equal(outs[0], outs[1]), "the union's entries differ between one block a group and the rule"
+
+
 def test_grouped_flags_out_of_range_ids(to_cuda, monkeypatch):
     monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")  # the immediate sentence (default: at the next call)
     case = testing.make_case("int8", 2100, 12)
