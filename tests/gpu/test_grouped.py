@@ -138,6 +138,18 @@ def test_grouped_int8_pair_form(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
     assert ("pair form" in why) == (sm90 and n_q >= 128), why
 
 
+@pytest.mark.parametrize("ctx,pair", [(196608, True), (200000, False), (524288, False)])
+def test_grouped_int8_pair_form_within_its_windows(to_cuda, torch_cuda, ctx, pair):
+    # The pair form's union pre-pass has windows (12 of 16384 cells at 10 queries a group) but no search path, so the
+    # rule (cuda/dispatch.inc.j2, PAIR_MAX_CELLS) keeps it to caches of at most 196608 cells; longer ones run the
+    # five-query form, whose union takes the search path there.
+    case = testing.make_case("int8", ctx, 128)
+    q, kv, ids, width = to_cuda(case)
+    why = sk.which(q, kv, ids, width).reason
+    sm90 = torch_cuda.cuda.get_device_capability() == (9, 0)
+    assert ("pair form" in why) == (sm90 and pair), why
+
+
 @pytest.mark.parametrize("ctx,n_q,kw", [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}),
                                         (1500, 40, {"width0": True}), (65536, 24, {})])
 def test_grouped_int8_without_the_warp_specialized_kernel(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
