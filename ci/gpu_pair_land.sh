@@ -2,8 +2,8 @@
 # Issue 10, prompt notes items 33 and 35: grouped's pair form as it stands (cuda/gpair.cu.j2, the `pair` switch of
 # cuda/grouped_ws.inc.j2, the CUDA dispatch's pair_form: INT8 prompts at (256, 12) on sm_90 from 128 queries), with
 # PATCH applied if given (a candidate; docs/notes/pair-land-next.patch, one full barrier a consumer and the union
-# pre-pass's windows-only block in 64 KB, landed this way on 2026-12-05), on the lent GPU, in one call of ~2-6 minutes. Builds the loader and the CPU and sm_90
-# plugins at (256, 12); then, in order:
+# pre-pass's windows-only block in 64 KB, landed this way on 2026-12-05), on the lent GPU, in one call of ~2-6
+# minutes. Builds the loader and the CPU and sm_90 plugins at (256, 12); then, in order:
 # - compute-sanitizer memcheck and racecheck of the pair form's prompt calls (STRATA_GROUPED_PAIR=1, holes, a width-0
 #   query) (sanitizer*.txt; call2 also carried a fallback probe for hazards, ci/pair-cons.patch, not needed and gone);
 # - a check against fp32: grouped with the form by the rule, forced and off, two calls' bits, which() (quick.txt);

@@ -185,15 +185,21 @@ def test_grouped_rows_that_are_not_ascending(to_cuda):
     _check(case, g, f)
 
 
-def _disjoint(case):
-    """Random ascending selections of random widths (0 .. cap)."""
-    rng = np.random.default_rng(3)
+def _random_rows(case, seed, full_width=False):
+    """Random ascending selections, of random widths (0 .. cap) or of the full width: a group's union is several times
+    one selection."""
+    rng = np.random.default_rng(seed)
     n_cells = case.kv.n_pages * 4
     for qi in range(case.n_q):
-        w = int(rng.integers(0, case.ids.shape[1] + 1))
+        w = case.cap if full_width else int(rng.integers(0, case.cap + 1))
         case.ids[qi, :w] = np.sort(rng.choice(n_cells, size=w, replace=False)).astype(np.int32)
         case.width[qi] = w
     return case
+
+
+def _disjoint(case):
+    """Random ascending selections of random widths (0 .. cap)."""
+    return _random_rows(case, 3)
 
 
 def test_grouped_neighbours_with_disjoint_selections(to_cuda):
@@ -203,23 +209,13 @@ def test_grouped_neighbours_with_disjoint_selections(to_cuda):
     _check(case, g, f)
 
 
-def _full_random(case):
-    """Random ascending selections of the full width: a group's union is several times one selection."""
-    rng = np.random.default_rng(5)
-    n_cells = case.kv.n_pages * 4
-    for qi in range(case.n_q):
-        case.ids[qi] = np.sort(rng.choice(n_cells, size=case.cap, replace=False)).astype(np.int32)
-        case.width[qi] = case.cap
-    return case
-
-
 @pytest.mark.parametrize("ctx,n_q,pair", [(32768, 10, "0"), (16384, 20, "1")])
 def test_grouped_union_window_past_its_stage(to_cuda, torch_cuda, monkeypatch, ctx, n_q, pair):
     # A cache within the windows' span gives the union's one-block form a window's bits and a stage of 8192 entries
     # (UNION_STAGE_MAX), not NQ cap: a window with more entries writes them straight out. Full-width random rows make
     # ~9,000 entries a window of 32768 cells for 5 queries (the five-query form) and ~12,000 of 16384 for 10 (the pair
     # form, forced): the same outputs and bits, staged or not, in one block a group (no clusters) and by the rule.
-    case = _full_random(testing.make_case("int8", ctx, n_q))
+    case = _random_rows(testing.make_case("int8", ctx, n_q), 5, full_width=True)
     q, kv, ids, width = to_cuda(case)
     f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
     monkeypatch.setenv("STRATA_GROUPED_PAIR", pair)
