@@ -138,16 +138,16 @@ def test_grouped_int8_pair_form(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw):
     assert ("pair form" in why) == (sm90 and n_q >= 128), why
 
 
-@pytest.mark.parametrize("ctx,pair", [(196608, True), (200000, False), (524288, False)])
-def test_grouped_int8_pair_form_within_its_windows(to_cuda, torch_cuda, ctx, pair):
-    # The pair form's union pre-pass has windows (12 of 16384 cells at 10 queries a group) but no search path, so the
-    # rule (cuda/dispatch.inc.j2, PAIR_MAX_CELLS) keeps it to caches of at most 196608 cells; longer ones run the
-    # five-query form, whose union takes the search path there.
+@pytest.mark.parametrize("ctx", [196608, 200000, 524288])
+def test_grouped_int8_pair_form_at_any_cache_length(to_cuda, torch_cuda, ctx):
+    # Until 2026-12-05 the pair form's union pre-pass had no search path, and the rule kept the form to caches of at
+    # most its twelve union windows (196608 cells); its search path now runs in bounded buffers, and the rule takes
+    # the form at every cache length from 128 queries.
     case = testing.make_case("int8", ctx, 128)
     q, kv, ids, width = to_cuda(case)
     why = sk.which(q, kv, ids, width).reason
     sm90 = torch_cuda.cuda.get_device_capability() == (9, 0)
-    assert ("pair form" in why) == (sm90 and pair), why
+    assert ("pair form" in why) == sm90, why
 
 
 @pytest.mark.parametrize("ctx,n_q,kw", [(4096, 64, {}), (1500, 37, {}), (1500, 40, {"holes": True}),
@@ -392,6 +392,56 @@ def test_grouped_union_search_path(to_cuda, torch_cuda, monkeypatch, ctx, n_q, k
     _check(case, outs["1"][0].cpu().numpy(), f)
     monkeypatch.delenv("STRATA_GROUPED_UNION_SEARCH")  # the rule: spans past the windows searched
     assert torch_cuda.equal(sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped"), outs["1"][0])
+
+
+def _full_width(case):
+    """Random ascending selections of the full width: at 65536 cells a group of 10 holds ~19,000 union entries."""
+    return _random_rows(case, 5, full_width=True)
+
+
+@pytest.mark.parametrize("ctx,n_q,kw,edit,over", [
+    (600000, 20, {}, None, False),           # a span past the windows: the merge path against the search path
+    (100000, 30, {"holes": True, "width0": True}, None, False),  # pages not resident and empty rows
+    (1500, 37, {"width0": True}, None, False),  # empty rows, a partial last group
+    (8192, 20, {}, _disjoint, False),        # random widths: unions of ~7,000 entries, within the buffers
+    (65536, 20, {}, _full_width, True),      # unions of ~19,000: past the buffers, the groups concatenated
+    (4096, 20, {}, _unsorted, False),        # a group that concatenates (the search path is for ascending rows)
+])
+def test_grouped_pair_form_union_search_path(to_cuda, torch_cuda, monkeypatch, ctx, n_q, kw, edit, over):
+    # The pair form's union pre-pass (10 queries a group) takes its search path in buffers of ~3.9 cap entries each
+    # where the worst case (10 cap) would not fit in shared memory: the entries, in the same order, of the windows and
+    # the merge path, so every output's bits are equal; a group whose union outgrows a buffer is concatenated (other
+    # bits, the same checks). STRATA_GROUPED_UNION_SEARCH=1 takes the search path for every ascending group (an error
+    # where it cannot launch), 0 never.
+    case = testing.make_case("int8", ctx, n_q, **kw)
+    if edit:
+        case = edit(case)
+    q, kv, ids, width = to_cuda(case)
+    f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
+    monkeypatch.setenv("STRATA_GROUPED_PAIR", "1")
+    monkeypatch.setenv("STRATA_GROUPED_UNION_CLUSTER", "1")
+    outs = {}
+    for s in ("0", "1"):
+        monkeypatch.setenv("STRATA_GROUPED_UNION_SEARCH", s)
+        _twice_checked(case, (q, kv, ids, width), f, torch_cuda, f"STRATA_GROUPED_UNION_SEARCH={s}")
+        outs[s] = sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
+    if not over:
+        assert torch_cuda.equal(outs["1"], outs["0"]), "the search path's bits differ"
+
+
+@pytest.mark.parametrize("what", ["ids", "page_table"])
+def test_grouped_pair_form_union_overflow_flags_bad_entries(to_cuda, monkeypatch, what):
+    # a group whose union outgrows the pair form's search buffers still flags an id or a page entry out of range at
+    # its (query, position), in a row the rounds had not reached (the last query of the group)
+    monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
+    monkeypatch.setenv("STRATA_GROUPED_PAIR", "1")
+    monkeypatch.setenv("STRATA_GROUPED_UNION_SEARCH", "1")
+    case = _full_width(testing.make_case("int8", 65536, 10))
+    at = (9, int(case.width[9]) - 1) if what == "ids" else (9, 100)
+    match = testing.corrupt(case, what, *at)
+    q, kv, ids, width = to_cuda(case)
+    with pytest.raises(ValueError, match=match):
+        sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
 
 
 @pytest.mark.parametrize("what", ["ids", "page_table"])
