@@ -2,17 +2,12 @@
 groups' unions outgrow the search path's bounded buffers (20 queries of full-width random selections in 65536 cells:
 ~19,000 union entries a group of 10, against ~8,000 a buffer), so the rounds stop and the groups concatenate; with
 STRATA_GROUPED_UNION_SEARCH=1 set by the caller. Prints "sanitizer workload done"."""
-import numpy as np
 import torch
 
 import strata_kernels as sk
 from strata_kernels import testing
 
-case = testing.make_case("int8", 65536, 20)
-rng = np.random.default_rng(5)
-for qi in range(case.n_q):
-    case.ids[qi, :case.cap] = np.sort(rng.choice(65536, size=case.cap, replace=False)).astype(np.int32)
-    case.width[qi] = case.cap
+case = testing.random_rows(testing.make_case("int8", 65536, 20), 5, full_width=True)
 q, kv, ids, w = testing.to_torch(case, "cuda")
 sk.qsa_prompt_attn(q, kv, ids, w, variant="grouped")
 torch.cuda.synchronize()

@@ -336,6 +336,19 @@ def corrupt(case: Case, what: str, query: int, position: int) -> str:
     raise ValueError(f"what: expected 'ids' or 'page_table', got {what!r}")
 
 
+def random_rows(case: Case, seed: int, full_width: bool = False) -> Case:
+    """Replace ``case``'s selections with random ascending ones over its whole cache, of random widths (0 .. cap) or
+    of the full width, drawn from ``numpy.random.default_rng(seed)``: neighbouring queries then share few cells, so a
+    group's union is several times one selection (the grouped kernels' large-union paths). Returns ``case``."""
+    rng = np.random.default_rng(seed)
+    n_cells = case.kv.n_pages * PAGE
+    for qi in range(case.n_q):
+        w = case.cap if full_width else int(rng.integers(0, case.cap + 1))
+        case.ids[qi, :w] = np.sort(rng.choice(n_cells, size=w, replace=False)).astype(np.int32)
+        case.width[qi] = w
+    return case
+
+
 def in_threads(call: Callable[[int], Any], n_threads: int, repeats: int = 3) -> list:
     """``call(i)`` ``repeats`` times on each of ``n_threads`` threads at once; the last result per thread. The first
     exception of any thread is raised here."""

@@ -185,21 +185,9 @@ def test_grouped_rows_that_are_not_ascending(to_cuda):
     _check(case, g, f)
 
 
-def _random_rows(case, seed, full_width=False):
-    """Random ascending selections, of random widths (0 .. cap) or of the full width: a group's union is several times
-    one selection."""
-    rng = np.random.default_rng(seed)
-    n_cells = case.kv.n_pages * 4
-    for qi in range(case.n_q):
-        w = case.cap if full_width else int(rng.integers(0, case.cap + 1))
-        case.ids[qi, :w] = np.sort(rng.choice(n_cells, size=w, replace=False)).astype(np.int32)
-        case.width[qi] = w
-    return case
-
-
 def _disjoint(case):
     """Random ascending selections of random widths (0 .. cap)."""
-    return _random_rows(case, 3)
+    return testing.random_rows(case, 3)
 
 
 def test_grouped_neighbours_with_disjoint_selections(to_cuda):
@@ -215,7 +203,7 @@ def test_grouped_union_window_past_its_stage(to_cuda, torch_cuda, monkeypatch, c
     # (UNION_STAGE_MAX), not NQ cap: a window with more entries writes them straight out. Full-width random rows make
     # ~9,000 entries a window of 32768 cells for 5 queries (the five-query form) and ~12,000 of 16384 for 10 (the pair
     # form, forced): the same outputs and bits, staged or not, in one block a group (no clusters) and by the rule.
-    case = _random_rows(testing.make_case("int8", ctx, n_q), 5, full_width=True)
+    case = testing.random_rows(testing.make_case("int8", ctx, n_q), 5, full_width=True)
     q, kv, ids, width = to_cuda(case)
     f = sk.qsa_prompt_attn(q, kv, ids, width, variant="fp32").cpu().numpy()
     monkeypatch.setenv("STRATA_GROUPED_PAIR", pair)
@@ -396,7 +384,7 @@ def test_grouped_union_search_path(to_cuda, torch_cuda, monkeypatch, ctx, n_q, k
 
 def _full_width(case):
     """Random ascending selections of the full width: at 65536 cells a group of 10 holds ~19,000 union entries."""
-    return _random_rows(case, 5, full_width=True)
+    return testing.random_rows(case, 5, full_width=True)
 
 
 @pytest.mark.parametrize("ctx,n_q,kw,edit,over", [
@@ -430,28 +418,20 @@ def test_grouped_pair_form_union_search_path(to_cuda, torch_cuda, monkeypatch, c
 
 
 @pytest.mark.parametrize("what", ["ids", "page_table"])
-def test_grouped_pair_form_union_overflow_flags_bad_entries(to_cuda, monkeypatch, what):
-    # a group whose union outgrows the pair form's search buffers still flags an id or a page entry out of range at
-    # its (query, position), in a row the rounds had not reached (the last query of the group)
-    monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
-    monkeypatch.setenv("STRATA_GROUPED_PAIR", "1")
-    monkeypatch.setenv("STRATA_GROUPED_UNION_SEARCH", "1")
-    case = _full_width(testing.make_case("int8", 65536, 10))
-    at = (9, int(case.width[9]) - 1) if what == "ids" else (9, 100)
-    match = testing.corrupt(case, what, *at)
-    q, kv, ids, width = to_cuda(case)
-    with pytest.raises(ValueError, match=match):
-        sk.qsa_prompt_attn(q, kv, ids, width, variant="grouped")
-
-
-@pytest.mark.parametrize("what", ["ids", "page_table"])
-def test_grouped_union_search_path_flags_bad_entries(to_cuda, monkeypatch, what):
-    # an id or a page entry out of range is flagged at its (query, position) by the search path as by the others
+@pytest.mark.parametrize("over", [False, True])
+def test_grouped_union_search_path_flags_bad_entries(to_cuda, monkeypatch, what, over):
+    # an id or a page entry out of range is flagged at its (query, position) by the search path as by the others;
+    # over: the pair form's, on a group whose union outgrows its buffers, the bad entry in a row the stopped rounds
+    # had not reached (the group's last)
     monkeypatch.setenv("STRATA_KERNELS_CHECK_IDS", "sync")
     monkeypatch.setenv("STRATA_GROUPED_UNION_SEARCH", "1")
-    case = testing.make_case("int8", 2100, 12)
+    if over:
+        monkeypatch.setenv("STRATA_GROUPED_PAIR", "1")
+        case, row_id, row_page = _full_width(testing.make_case("int8", 65536, 10)), 9, 9
+    else:
+        case, row_id, row_page = testing.make_case("int8", 2100, 12), 6, 4
     # the bad id: the row's last, so that the row stays ascending
-    at = (6, int(case.width[6]) - 1) if what == "ids" else (4, 100)
+    at = (row_id, int(case.width[row_id]) - 1) if what == "ids" else (row_page, 100)
     match = testing.corrupt(case, what, *at)
     q, kv, ids, width = to_cuda(case)
     with pytest.raises(ValueError, match=match):

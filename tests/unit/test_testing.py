@@ -130,6 +130,21 @@ def test_ids_ascending_unique_within_the_width_and_zero_past_it():
     assert c.cap == 2051 and np.all(c.ids[:, 2051:] == 0)
 
 
+@pytest.mark.parametrize("full_width", [False, True])
+def test_random_rows_ascending_unique_over_the_cache_and_repeatable(full_width):
+    # the grouped kernels' large-union inputs: random ascending rows over every cell, random or full widths, the same
+    # rows for the same seed
+    a = T.random_rows(T.make_case("int8", 8192, 12, **SMALL), 3, full_width=full_width)
+    b = T.random_rows(T.make_case("int8", 8192, 12, **SMALL), 3, full_width=full_width)
+    assert np.array_equal(a.ids, b.ids) and np.array_equal(a.width, b.width)
+    assert ((a.width == a.cap) if full_width else (a.width >= 0) & (a.width <= a.cap)).all()
+    for qi in range(a.n_q):
+        row = a.ids[qi, :a.width[qi]]
+        assert _ascending_unique(row) and (row >= 0).all() and (row < 8192).all()
+    if not full_width:
+        assert len(set(a.width.tolist())) > 1  # random widths, not one
+
+
 def test_sparse_selections_drift_by_at_most_older_over_32_cells_per_query():
     c = T.make_case("int8", 8000, 40, **SMALL)
     older = 2051 - 512
